@@ -1,0 +1,20 @@
+// The `dynrt` subcommands. Each registers its options on the CLI11 app and returns the
+// process exit status when run. Exit codes mean one thing across commands: 0 success,
+// 1 the command's own failure condition (lint findings, ...), 2 usage errors, 3 internal.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace dynrt::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFindings = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitInternal = 3;
+
+// Adds `lint` and `schema` to `app`; `run` is set to the chosen command's body.
+void add_lint_commands(CLI::App& app, std::function<int()>& run);
+
+}  // namespace dynrt::cli

@@ -1,0 +1,372 @@
+#include "dsl/render.hpp"
+
+#include "dsl/mustache.hpp"
+
+#include <re2/re2.h>
+#include <kainjow/mustache.hpp>
+
+#include <algorithm>
+#include <set>
+
+namespace dynrt::dsl {
+
+namespace mustache = kainjow::mustache;
+using nlohmann::json;
+
+namespace {
+
+// The text a non-string value renders as inside a larger string.
+std::string text_of(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump();
+}
+
+mustache::data to_data(const json& v) {
+  switch (v.type()) {
+    case json::value_t::object: {
+      mustache::data obj{mustache::data::type::object};
+      for (const auto& [k, item] : v.items())
+        obj.set(k, to_data(item));
+      return obj;
+    }
+    case json::value_t::array: {
+      mustache::data list{mustache::data::type::list};
+      for (const auto& item : v)
+        list.push_back(to_data(item));
+      return list;
+    }
+    case json::value_t::boolean:
+      // Booleans drive sections; as text they render as true/false (see render_text).
+      return mustache::data{v.get<bool>() ? mustache::data::type::bool_true
+                                          : mustache::data::type::bool_false};
+    default:
+      return mustache::data{text_of(v)};
+  }
+}
+
+// Resolves a dotted variable name against the bindings.
+const json* lookup(const Bindings& vars, std::string_view name) {
+  const std::string_view root = root_name(name);
+  const auto it = vars.find(root);
+  if (it == vars.end()) return nullptr;
+  const json* cur = &it->second;
+  std::string_view rest = name.size() > root.size() ? name.substr(root.size() + 1) : "";
+  while (!rest.empty()) {
+    const auto dot = rest.find('.');
+    const std::string key(rest.substr(0, dot));
+    if (!cur->is_object()) return nullptr;
+    const auto f = cur->find(key);
+    if (f == cur->end()) return nullptr;
+    cur = &*f;
+    rest = dot == std::string_view::npos ? "" : rest.substr(dot + 1);
+  }
+  return cur;
+}
+
+Expected<json> render_tree(const json& tmpl, const Bindings& vars) {
+  switch (tmpl.type()) {
+    case json::value_t::string:
+      return render_text(tmpl.get_ref<const std::string&>(), vars);
+    case json::value_t::array: {
+      json out = json::array();
+      for (const auto& item : tmpl) {
+        auto r = render_tree(item, vars);
+        if (!r) return r.error();
+        out.push_back(std::move(*r));
+      }
+      return out;
+    }
+    case json::value_t::object: {
+      json out = json::object();
+      for (const auto& [k, item] : tmpl.items()) {
+        auto r = render_tree(item, vars);
+        if (!r) return r.error();
+        out[k] = std::move(*r);
+      }
+      return out;
+    }
+    default:
+      return tmpl;
+  }
+}
+
+std::string trim(std::string s) {
+  const auto not_space = [](unsigned char c) { return !std::isspace(c); };
+  s.erase(s.begin(), std::find_if(s.begin(), s.end(), not_space));
+  s.erase(std::find_if(s.rbegin(), s.rend(), not_space).base(), s.end());
+  return s;
+}
+
+// Every regex match in `text` (first capture group, or the whole match), in order.
+std::vector<std::string> all_matches(const re2::RE2& re, const std::string& text) {
+  std::vector<std::string> out;
+  const int group = re.NumberOfCapturingGroups() > 0 ? 1 : 0;
+  re2::StringPiece input(text);
+  re2::StringPiece sub[2];
+  std::size_t pos = 0;
+  while (pos <= text.size() &&
+         re.Match(input, pos, text.size(), re2::RE2::UNANCHORED, sub, group + 1)) {
+    out.emplace_back(sub[group].data(), sub[group].size());
+    const std::size_t match_end =
+        static_cast<std::size_t>(sub[0].data() - text.data()) + sub[0].size();
+    pos = sub[0].empty() ? match_end + 1 : match_end;  // never loop on an empty match
+  }
+  return out;
+}
+
+// Pointer, then JSON-in-a-string: the part of extraction before any regex.
+Expected<json> locate(const Extractor& ex, const json& doc) {
+  const json* v = resolve_pointer(doc, ex.pointer);
+  if (!v) return make_error("JSON pointer \"" + ex.pointer + "\" does not resolve");
+  if (!ex.json_pointer) return *v;
+  if (!v->is_string()) {
+    return make_error("the value at \"" + ex.pointer + "\" is not a string holding JSON");
+  }
+  json inner = json::parse(v->get_ref<const std::string&>(), nullptr, /*allow_exceptions=*/false);
+  if (inner.is_discarded()) {
+    return make_error("the text at \"" + ex.pointer + "\" is not valid JSON");
+  }
+  const json* w = resolve_pointer(inner, *ex.json_pointer);
+  if (!w) return make_error("JSON pointer \"" + *ex.json_pointer + "\" does not resolve");
+  return *w;
+}
+
+}  // namespace
+
+bool valid_pointer(std::string_view pointer) {
+  if (pointer.empty()) return true;
+  if (pointer.front() != '/') return false;
+  for (std::size_t i = 0; i < pointer.size(); ++i) {
+    if (pointer[i] == '~' &&
+        (i + 1 >= pointer.size() || (pointer[i + 1] != '0' && pointer[i + 1] != '1'))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+const json* resolve_pointer(const json& doc, std::string_view pointer) {
+  if (!valid_pointer(pointer)) return nullptr;
+  const json* cur = &doc;
+  std::size_t pos = 0;
+  while (pos < pointer.size()) {
+    const std::size_t next = pointer.find('/', pos + 1);
+    const std::string_view raw = pointer.substr(
+        pos + 1, next == std::string_view::npos ? std::string_view::npos : next - pos - 1);
+    std::string token;
+    for (std::size_t i = 0; i < raw.size(); ++i) {
+      if (raw[i] == '~') {
+        token.push_back(raw[i + 1] == '0' ? '~' : '/');
+        ++i;
+      } else {
+        token.push_back(raw[i]);
+      }
+    }
+    if (cur->is_object()) {
+      const auto it = cur->find(token);
+      if (it == cur->end()) return nullptr;
+      cur = &*it;
+    } else if (cur->is_array()) {
+      if (token.empty() || token.size() > 9 || (token.size() > 1 && token[0] == '0') ||
+          !std::all_of(token.begin(), token.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        return nullptr;
+      }
+      const std::size_t index = std::stoul(token);
+      if (index >= cur->size()) return nullptr;
+      cur = &(*cur)[index];
+    } else {
+      return nullptr;
+    }
+    if (next == std::string_view::npos) break;
+    pos = next;
+  }
+  return cur;
+}
+
+Expected<json> render_text(std::string_view text, const Bindings& vars) {
+  const MustacheScan scan = scan_mustache(text);
+  if (scan.error) return make_error("malformed template: " + scan.error->message);
+  if (scan.tags.empty()) return json(std::string(text));
+  if (scan.whole_variable) {
+    const json* v = lookup(vars, scan.tags[0].name);
+    if (!v) return make_error("variable \"" + scan.tags[0].name + "\" is not bound");
+    return *v;
+  }
+  mustache::data data{mustache::data::type::object};
+  std::set<std::string, std::less<>> added;
+  for (const MustacheTag& tag : scan.tags) {
+    if (tag.type == MustacheTag::Type::comment || tag.type == MustacheTag::Type::end) continue;
+    if (tag.name == ".") continue;
+    const std::string root(root_name(tag.name));
+    const auto it = vars.find(root);
+    if (it == vars.end()) {
+      // Inside a section a name may be a field of the current item; kainjow resolves it.
+      if (tag.section_depth > 0) continue;
+      return make_error("variable \"" + root + "\" is not bound");
+    }
+    if (!added.insert(root).second) continue;
+    // Booleans as text are "true"/"false", as sections truthy/falsy: keep them booleans only
+    // where they open a section.
+    const bool opens_section =
+        tag.type == MustacheTag::Type::section || tag.type == MustacheTag::Type::inverted;
+    if (it->second.is_boolean() && !opens_section) {
+      data.set(root, mustache::data{text_of(it->second)});
+    } else {
+      data.set(root, to_data(it->second));
+    }
+  }
+  mustache::mustache tmpl{std::string(text)};
+  if (!tmpl.is_valid()) return make_error("malformed template: " + tmpl.error_message());
+  tmpl.set_custom_escape([](const std::string& s) { return s; });  // prompts are not HTML
+  return json(tmpl.render(data));
+}
+
+Expected<RenderedRequest> render_stage(const Stage& stage, const Bindings& vars) {
+  RenderedRequest out;
+  out.endpoint = stage.endpoint();
+  switch (stage.kind) {
+    case StageKind::user:
+      return make_error("stage \"" + stage.name + "\" waits for a user; it has no request");
+    case StageKind::model: {
+      auto body = render_tree(stage.request, vars);
+      if (!body) return make_error("stage \"" + stage.name + "\": " + body.error().message);
+      out.body = std::move(*body);
+      if (!out.body.is_object()) {
+        return make_error("stage \"" + stage.name + "\": the request body is not an object");
+      }
+      out.body["model"] = stage.model;
+      for (const auto& [k, v] : stage.params.items())
+        out.body[k] = v;
+      break;
+    }
+    case StageKind::tool: {
+      auto args = render_tree(stage.arguments, vars);
+      if (!args) return make_error("stage \"" + stage.name + "\": " + args.error().message);
+      out.body = std::move(*args);
+      break;
+    }
+  }
+  for (const auto* keys : {&stage.reads, &stage.writes}) {
+    for (const std::string& key : *keys) {
+      auto r = render_text(key, vars);
+      if (!r) return make_error("stage \"" + stage.name + "\": record key: " + r.error().message);
+      (keys == &stage.reads ? out.reads : out.writes).push_back(text_of(*r));
+    }
+  }
+  return out;
+}
+
+Expected<json> extract(const Extractor& ex, const json& doc) {
+  auto located = locate(ex, doc);
+  if (!located || !ex.regex) return located;
+  if (!ex.regex->ok()) return make_error("invalid regular expression");
+  const std::string text = text_of(*located);
+  auto matches = all_matches(*ex.regex, text);
+  if (matches.empty()) {
+    return make_error("regular expression \"" + ex.regex_source.value_or("") + "\" does not match");
+  }
+  return json(std::move(matches.front()));
+}
+
+namespace {
+
+Expected<Bindings> apply_all(const Stage& stage,
+                             const std::vector<std::pair<std::string, Extractor>>& rules,
+                             const json& doc, const char* what) {
+  Bindings out;
+  for (const auto& [name, ex] : rules) {
+    auto v = extract(ex, doc);
+    if (!v) {
+      return make_error("stage \"" + stage.name + "\": " + what + " \"" + name +
+                        "\": " + v.error().message);
+    }
+    out.emplace(name, std::move(*v));
+  }
+  return out;
+}
+
+}  // namespace
+
+Expected<Bindings> bind_request(const Stage& stage, const json& request_body) {
+  return apply_all(stage, stage.bind, request_body, "binding");
+}
+
+Expected<Bindings> read_outputs(const Stage& stage, const json& response) {
+  return apply_all(stage, stage.outputs, response, "output");
+}
+
+SelectionResult read_selection(const Decision& decision, const json& decider_output) {
+  using Status = SelectionResult::Status;
+  SelectionResult out;
+  const Extractor& ex = decision.selection.extract;
+  auto located = locate(ex, decider_output);
+  if (!located) {
+    out.reason = located.error().message;
+    return out;
+  }
+  std::string text;
+  if (ex.regex) {
+    const auto matches = all_matches(*ex.regex, text_of(*located));
+    if (matches.empty()) {
+      out.reason = "the selection regex does not match";
+      return out;
+    }
+    const std::set<std::string> distinct(matches.begin(), matches.end());
+    if (distinct.size() > 1) {
+      out.status = Status::ambiguous;
+      out.reason =
+          "the selection regex matches " + std::to_string(distinct.size()) + " different values";
+      return out;
+    }
+    text = matches.front();
+  } else {
+    text = text_of(*located);
+  }
+  text = trim(std::move(text));
+  if (!decision.selection.map.empty()) {
+    const auto it = decision.selection.map.find(text);
+    if (it == decision.selection.map.end()) {
+      out.reason = "\"" + text + "\" is not in the selection map";
+      return out;
+    }
+    text = it->second;
+  }
+  if (text.empty()) {
+    out.reason = "the selection is empty";
+    return out;
+  }
+  out.status = Status::selected;
+  out.value = std::move(text);
+  return out;
+}
+
+std::vector<std::string> extract_candidates(const CandidateSource& source, const json& output) {
+  std::vector<std::string> found;
+  auto located = locate(source.extract, output);
+  if (!located) return found;
+  std::vector<std::string> texts;
+  if (located->is_array()) {
+    for (const auto& item : *located)
+      texts.push_back(text_of(item));
+  } else {
+    texts.push_back(text_of(*located));
+  }
+  for (const std::string& t : texts) {
+    if (source.extract.regex) {
+      for (auto& m : all_matches(*source.extract.regex, t))
+        found.push_back(trim(std::move(m)));
+    } else {
+      found.push_back(trim(t));
+    }
+  }
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  for (auto& c : found) {
+    if (c.empty() || !seen.insert(c).second) continue;
+    out.push_back(std::move(c));
+    if (static_cast<int>(out.size()) >= source.max) break;
+  }
+  return out;
+}
+
+}  // namespace dynrt::dsl

@@ -1,0 +1,74 @@
+// Turning a compiled stage and a set of variable values into the exact request the harness
+// would send, and reading variables back out of requests and responses.
+//
+// These are the template language's run-time semantics; the runtime calls them on the request
+// path, so nothing here throws: failures are Expected errors, and the caller treats them as a
+// miss. Rendering fails (rather than rendering an empty string) when a variable it needs is
+// not bound, because a request rendered from a guess must never be mistaken for the real one.
+// Pure; thread-compatible (a TemplateGraph may be shared, calls do not mutate it).
+#pragma once
+
+#include "dsl/template_graph.hpp"
+#include "runtime/expected.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dynrt::dsl {
+
+// Variable name -> value. Values are JSON: strings mostly, but a variable bound from a
+// request may hold any JSON (a list of messages, say).
+using Bindings = std::map<std::string, nlohmann::json, std::less<>>;
+
+struct RenderedRequest {
+  std::string endpoint;             // see Stage::endpoint()
+  nlohmann::json body;              // the exact request body (model and params merged in)
+  std::vector<std::string> reads;   // rendered record keys
+  std::vector<std::string> writes;  // rendered record keys
+};
+
+// Renders `stage`'s request (model stages) or arguments (tool stages) with `vars`. String
+// leaves are mustache templates rendered with HTML escaping off; a leaf that is exactly one
+// tag ("{{messages}}") is replaced by the variable's JSON value itself. Other values render
+// as their compact JSON text. Errors: a user stage, an unbound variable, a malformed template.
+Expected<RenderedRequest> render_stage(const Stage& stage, const Bindings& vars);
+
+// Renders one mustache string (the same rules as a string leaf).
+Expected<nlohmann::json> render_text(std::string_view text, const Bindings& vars);
+
+// RFC 6901 lookup without exceptions; nullptr when the pointer does not resolve.
+const nlohmann::json* resolve_pointer(const nlohmann::json& doc, std::string_view pointer);
+// True if `pointer` is a syntactically valid JSON pointer ("" or "/a/b~1c/0").
+bool valid_pointer(std::string_view pointer);
+
+// Applies an Extractor to a document. Errors name what did not resolve.
+Expected<nlohmann::json> extract(const Extractor& extractor, const nlohmann::json& doc);
+
+// The variables a stage's incoming request binds (`bind`).
+Expected<Bindings> bind_request(const Stage& stage, const nlohmann::json& request_body);
+// The variables a stage's response defines (`outputs`).
+Expected<Bindings> read_outputs(const Stage& stage, const nlohmann::json& response);
+
+struct SelectionResult {
+  enum class Status { selected, unreadable, ambiguous };
+  Status status = Status::unreadable;
+  std::string value;   // the selected candidate when status == selected
+  std::string reason;  // why not, otherwise
+};
+
+// Reads the resolved selection from the deciding stage's output. Ambiguous when the regex
+// matches more than once with different captures; unreadable when nothing matches, the text
+// is not in `map`, or the pointer does not resolve. Either way nothing may be promoted.
+SelectionResult read_selection(const Decision& decision, const nlohmann::json& decider_output);
+
+// Candidates an `extract` source reads from a stage's latest output: every regex match's
+// first capture group (or each element of a list found at the pointer), in order of first
+// appearance, duplicates removed, at most `source.max`.
+std::vector<std::string> extract_candidates(const CandidateSource& source,
+                                            const nlohmann::json& output);
+
+}  // namespace dynrt::dsl

@@ -1,0 +1,73 @@
+#include "dsl/template_graph.hpp"
+
+namespace dynrt::dsl {
+
+namespace {
+
+template <class T>
+const T* find_by_name(const std::vector<T>& items, std::string_view name) {
+  for (const T& item : items) {
+    if (item.name == name) return &item;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string_view to_string(StageKind k) {
+  switch (k) {
+    case StageKind::model:
+      return "model";
+    case StageKind::tool:
+      return "tool";
+    case StageKind::user:
+      return "user";
+  }
+  return "model";
+}
+std::string_view to_string(ModelApi a) {
+  return a == ModelApi::chat ? "chat" : "completions";
+}
+std::string_view to_string(Window w) {
+  return w == Window::decode ? "decode" : "user";
+}
+std::string_view to_string(Promotion p) {
+  return p == Promotion::exclusive ? "exclusive" : "independent";
+}
+std::string_view to_string(CandidateSourceKind k) {
+  switch (k) {
+    case CandidateSourceKind::static_list:
+      return "static";
+    case CandidateSourceKind::learned:
+      return "learned";
+    case CandidateSourceKind::extract:
+      return "extract";
+    case CandidateSourceKind::drafter:
+      return "drafter";
+  }
+  return "static";
+}
+
+std::string Stage::endpoint() const {
+  switch (kind) {
+    case StageKind::model:
+      return api == ModelApi::chat ? "/v1/chat/completions" : "/v1/completions";
+    case StageKind::tool:
+      return "/v1/dynrt/tools/" + tool;
+    case StageKind::user:
+      break;
+  }
+  return {};
+}
+
+const Stage* TemplateGraph::stage(std::string_view name) const {
+  return find_by_name(stages, name);
+}
+const Decision* TemplateGraph::decision(std::string_view name) const {
+  return find_by_name(decisions, name);
+}
+const Loop* TemplateGraph::loop(std::string_view name) const {
+  return find_by_name(loops, name);
+}
+
+}  // namespace dynrt::dsl
