@@ -31,6 +31,9 @@ add_library(kainjow::mustache INTERFACE IMPORTED GLOBAL)
 set_target_properties(kainjow::mustache PROPERTIES
   INTERFACE_INCLUDE_DIRECTORIES "${MUSTACHE_INCLUDE_DIR}")
 
+if(DYNRT_BUILD_BENCH)
+  find_package(benchmark 1.7 REQUIRED)        # benchmark::benchmark
+endif()
 if(DYNRT_BUILD_TESTS)
   find_package(GTest 1.12 REQUIRED)           # GTest::gtest GTest::gtest_main GTest::gmock
   find_package(rapidcheck REQUIRED)           # rapidcheck

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# `dynrt lint` as a process: exit codes, output formats, standard input. Run from the
+# repository root with the path of the dynrt binary.
+set -u
+dynrt="$1"
+fails=0
+check() {  # check NAME EXPECTED_STATUS COMMAND...
+  local name="$1" want="$2"
+  shift 2
+  "$@" >/tmp/dynrt-cli-out.$$ 2>/tmp/dynrt-cli-err.$$
+  local got=$?
+  if [ "$got" != "$want" ]; then
+    echo "FAIL $name: exit $got, want $want"
+    sed 's/^/  stdout: /' /tmp/dynrt-cli-out.$$ | head -20
+    sed 's/^/  stderr: /' /tmp/dynrt-cli-err.$$ | head -20
+    fails=$((fails + 1))
+  else
+    echo "ok   $name"
+  fi
+}
+contains() {  # contains NAME FILE TEXT
+  if ! grep -qF -- "$3" "$2"; then
+    echo "FAIL $1: output lacks: $3"
+    fails=$((fails + 1))
+  fi
+}
+
+check "clean templates exit 0" 0 "$dynrt" lint templates/
+[ -s /tmp/dynrt-cli-out.$$ ] && { echo "FAIL clean run printed output"; fails=$((fails + 1)); }
+
+check "errors exit 1" 1 "$dynrt" lint tests/dsl/golden/unknown-ref.yaml
+contains "text format" /tmp/dynrt-cli-out.$$ "tests/dsl/golden/unknown-ref.yaml:18:21: error:"
+
+check "warnings exit 0 by default" 0 "$dynrt" lint tests/dsl/golden/unreachable-stage.yaml
+check "--fail-on warning" 1 "$dynrt" lint --fail-on warning tests/dsl/golden/unreachable-stage.yaml
+check "--fail-on never" 0 "$dynrt" lint --fail-on never tests/dsl/golden/cycle.yaml
+
+check "json format" 1 "$dynrt" lint --format json tests/dsl/golden/cycle.yaml
+/usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["findings"][0]["rule"]=="cycle", d' \
+  /tmp/dynrt-cli-out.$$ || { echo "FAIL json output"; fails=$((fails + 1)); }
+
+check "sarif format" 1 "$dynrt" lint -f sarif tests/dsl/golden/cycle.yaml
+/usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["version"]=="2.1.0"; assert d["runs"][0]["results"][0]["ruleId"]=="DT2002", d' \
+  /tmp/dynrt-cli-out.$$ || { echo "FAIL sarif output"; fails=$((fails + 1)); }
+
+check "standard input" 1 bash -c "\"$dynrt\" lint - < tests/dsl/golden/cycle.yaml"
+contains "stdin name" /tmp/dynrt-cli-out.$$ "<stdin>:12:12: error:"
+
+check "missing path is a usage error" 2 "$dynrt" lint no/such/folder
+contains "missing path message" /tmp/dynrt-cli-err.$$ "no/such/folder: no such file or folder"
+check "no path is a usage error" 2 "$dynrt" lint
+check "unknown option is a usage error" 2 "$dynrt" lint --frobnicate templates/
+check "bad format is a usage error" 2 "$dynrt" lint --format xml templates/
+check "no subcommand is a usage error" 2 "$dynrt"
+check "help exits 0" 0 "$dynrt" lint --help
+check "version exits 0" 0 "$dynrt" --version
+check "rule list" 0 "$dynrt" lint --list-rules
+contains "rule list content" /tmp/dynrt-cli-out.$$ "DT2001  unknown-ref"
+
+check "schema" 0 "$dynrt" schema
+/usr/bin/python3 -c 'import json,sys; assert json.load(open(sys.argv[1])) == json.load(open("docs/template.schema.json"))' \
+  /tmp/dynrt-cli-out.$$ || { echo "FAIL schema output differs from docs/template.schema.json"; fails=$((fails + 1)); }
+
+rm -f /tmp/dynrt-cli-out.$$ /tmp/dynrt-cli-err.$$
+[ "$fails" = 0 ] && echo "all CLI checks passed" || echo "$fails CLI check(s) failed"
+exit $((fails > 0))

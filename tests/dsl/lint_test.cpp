@@ -1,0 +1,236 @@
+#include "dsl/lint.hpp"
+#include "test_util.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace dynrt::dsl {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::has_rule;
+using testing::kRouting;
+using testing::lint;
+using testing::rules;
+
+const char* kOrphan = R"(version: 1
+workflow: w
+stages:
+  start:
+    kind: user
+  orphan:
+    kind: user
+    description: x
+)";
+
+TEST(InlineIgnore, OnItsOwnLineCoversTheWholeNodeBelow) {
+  const LintReport r = lint(R"(version: 1
+workflow: w
+stages:
+  start:
+    kind: user
+  # dynrt-lint ignore=unreachable-stage -- kept for the next release
+  orphan:
+    kind: user
+)");
+  EXPECT_TRUE(r.diagnostics.empty()) << rules(r).size();
+  EXPECT_EQ(r.suppressed, 1u);
+  EXPECT_TRUE(r.files[0].usable);
+}
+
+TEST(InlineIgnore, CoversFindingsInsideTheNode) {
+  const LintReport r = lint(R"(version: 1
+workflow: w
+stages:
+  a:
+    kind: user
+  # dynrt-lint ignore=unknown-key,DT1004 -- experimenting
+  b:
+    kind: tool
+    tool: t
+    after: a
+    speculabel: true
+    ttl_s: -1
+)");
+  EXPECT_TRUE(r.diagnostics.empty()) << testing::rules(r).size();
+  EXPECT_EQ(r.suppressed, 2u);
+}
+
+TEST(InlineIgnore, TrailingCommentCoversItsLineOnly) {
+  const LintReport r = lint(R"(version: 1
+workflow: w
+stages:
+  a:
+    kind: tool
+    tool: t
+    speculabel: true  # dynrt-lint ignore=unknown-key -- transition
+    speculabl: true
+)");
+  ASSERT_EQ(rules(r), (std::vector<std::string>{"unknown-key"}));
+  EXPECT_EQ(r.diagnostics[0].begin.line, 8);
+}
+
+TEST(InlineIgnore, FileIgnoreCoversTheFile) {
+  const LintReport r =
+      lint(std::string("# dynrt-lint file-ignore=unreachable-stage -- drafts\n") + kOrphan);
+  EXPECT_TRUE(r.diagnostics.empty());
+}
+
+TEST(InlineIgnore, ASuppressedErrorLeavesTheTemplateUsable) {
+  std::string text = kRouting;
+  const std::string params = "    params: {temperature: 0, max_tokens: 64}\n";
+  text.replace(text.find(params), params.size(),
+               "    # dynrt-lint ignore=nondeterministic-speculable -- the engine pins a seed\n"
+               "    params: {temperature: 0.7, max_tokens: 64}\n");
+  const LintReport r = lint(text);
+  EXPECT_TRUE(r.diagnostics.empty()) << r.diagnostics.size();
+  EXPECT_EQ(r.suppressed, 1u);
+  EXPECT_TRUE(r.files[0].usable);
+}
+
+TEST(InlineIgnore, OnlyCoversTheNodeRightBelowIt) {
+  std::string text = kRouting;
+  const std::string kind = "  handle:\n    kind: model\n";
+  text.replace(text.find(kind), kind.size(),
+               "  handle:\n    # dynrt-lint ignore=nondeterministic-speculable -- misplaced\n"
+               "    kind: model\n");
+  text.replace(text.find("temperature: 0, max_tokens"), 14, "temperature: 1");
+  const LintReport r = lint(text);
+  EXPECT_EQ(rules(r), (std::vector<std::string>{"unused-ignore", "nondeterministic-speculable"}));
+}
+
+TEST(InlineIgnore, CanBeTurnedOff) {
+  LintOptions options;
+  options.inline_ignores = false;
+  const LintReport r = lint_text("t.yaml", R"(version: 1
+workflow: w
+stages:
+  start: {kind: user}
+  # dynrt-lint ignore=unreachable-stage -- x
+  orphan: {kind: user}
+)",
+                                 options);
+  EXPECT_EQ(rules(r), (std::vector<std::string>{"unreachable-stage"}));
+}
+
+TEST(InlineIgnore, PragmaFindingsCannotBeIgnored) {
+  const LintReport r = lint(R"(version: 1
+workflow: w
+stages:
+  # dynrt-lint ignore=ignore-without-reason,unreachable-stage
+  start: {kind: user}
+)");
+  EXPECT_TRUE(has_rule(r, "ignore-without-reason"));
+}
+
+TEST(InlineIgnore, AHashInsideAQuotedStringIsNotAPragma) {
+  const LintReport r =
+      lint(std::string(kOrphan) + "    # dynrt-lint ignore=unreachable-stage -- in a comment\n");
+  EXPECT_TRUE(has_rule(r, "unreachable-stage"));  // the comment targets nothing below it
+  const LintReport q = lint(R"(version: 1
+workflow: w
+stages:
+  start: {kind: user, description: "see # dynrt-lint ignore=cycle -- x"}
+)");
+  EXPECT_TRUE(q.diagnostics.empty());
+}
+
+TEST(Lint, ErrorsMakeATemplateUnusableWarningsDoNot) {
+  EXPECT_FALSE(lint(std::string(kRouting) + "bogus: 1\n").files[0].usable);
+  const LintReport warn = lint(kOrphan);
+  EXPECT_EQ(warn.count(Severity::warning), 1u);
+  EXPECT_TRUE(warn.files[0].usable);
+  EXPECT_EQ(warn.graphs().size(), 1u);
+}
+
+TEST(Lint, AmbiguousBooleanDefersToWrongType) {
+  const LintReport r = lint(R"(version: 1
+workflow: w
+stages:
+  a: {kind: tool, tool: t, speculable: yes}
+)");
+  EXPECT_EQ(rules(r), (std::vector<std::string>{"wrong-type"}));
+}
+
+class LintFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("dynrt-lint-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  void write(const std::string& name, const std::string& text) {
+    fs::create_directories((dir_ / name).parent_path());
+    std::ofstream(dir_ / name) << text;
+  }
+  fs::path dir_;
+};
+
+TEST_F(LintFiles, WalksFoldersForYamlFilesSkippingHiddenOnes) {
+  write("a.yaml", kOrphan);
+  write("sub/b.yml", "version: 1\nworkflow: b\nstages:\n  s: {kind: user}\n");
+  write("notes.txt", "not a template");
+  write(".hidden/c.yaml", "garbage: [");
+  write(".d.yaml", "garbage: [");
+  const LintReport r = lint_paths({dir_.string()});
+  ASSERT_EQ(r.files.size(), 2u);
+  EXPECT_EQ(r.graphs().size(), 2u);
+  EXPECT_TRUE(r.usage_errors.empty());
+}
+
+TEST_F(LintFiles, AMissingPathIsAUsageError) {
+  const LintReport r = lint_paths({(dir_ / "nope").string()});
+  ASSERT_EQ(r.usage_errors.size(), 1u);
+  EXPECT_NE(r.usage_errors[0].find("no such file or folder"), std::string::npos);
+}
+
+TEST_F(LintFiles, SymlinkLoopsEndInFindings) {
+  write("ok.yaml", kOrphan);
+  fs::create_symlink(dir_, dir_ / "again");  // a folder that contains itself
+  fs::create_symlink(dir_ / "x.yaml", dir_ / "y.yaml");
+  fs::create_symlink(dir_ / "y.yaml", dir_ / "x.yaml");  // x -> y -> x
+  const LintReport r = lint_paths({dir_.string()});
+  std::size_t io = 0;
+  for (const auto& d : r.diagnostics)
+    io += d.rule == Rule::io_error ? 1 : 0;
+  EXPECT_EQ(io, 3u);
+  EXPECT_EQ(r.graphs().size(), 1u);
+}
+
+TEST_F(LintFiles, SpecialFilesAreNotOpened) {
+  const fs::path fifo = dir_ / "pipe.yaml";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const LintReport r = lint_paths({fifo.string()});  // opening a FIFO would block forever
+  ASSERT_EQ(r.diagnostics.size(), 1u);
+  EXPECT_EQ(r.diagnostics[0].rule, Rule::io_error);
+}
+
+TEST_F(LintFiles, OversizedFilesAreRefusedUnread) {
+  write("big.yaml", "a: " + std::string(5u << 20, 'x') + "\n");
+  const LintReport r = lint_paths({(dir_ / "big.yaml").string()});
+  ASSERT_EQ(r.diagnostics.size(), 1u);
+  EXPECT_EQ(r.diagnostics[0].rule, Rule::resource_limit);
+}
+
+TEST_F(LintFiles, TwoTemplatesCannotShareAWorkflowName) {
+  write("a.yaml", "version: 1\nworkflow: same\nstages:\n  s: {kind: user}\n");
+  write("b.yaml", "version: 1\nworkflow: same\nstages:\n  t: {kind: user}\n");
+  const LintReport r = lint_paths({dir_.string()});
+  EXPECT_EQ(rules(r), (std::vector<std::string>{"duplicate-workflow"}));
+  EXPECT_EQ(r.graphs().size(), 1u);
+}
+
+TEST_F(LintFiles, AFileNamedTwiceIsLintedOnce) {
+  write("a.yaml", kOrphan);
+  const LintReport r = lint_paths({(dir_ / "a.yaml").string(), dir_.string()});
+  EXPECT_EQ(r.files.size(), 1u);
+}
+
+}  // namespace
+}  // namespace dynrt::dsl

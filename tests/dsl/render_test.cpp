@@ -1,0 +1,189 @@
+#include "dsl/render.hpp"
+#include "test_util.hpp"
+
+#include <gtest/gtest.h>
+
+namespace dynrt::dsl {
+namespace {
+
+using nlohmann::json;
+using testing::compile_clean;
+using testing::kRouting;
+
+class RenderTest : public ::testing::Test {
+ protected:
+  TemplateGraph g_ = compile_clean(kRouting);
+  const Stage& stage(const char* name) { return *g_.stage(name); }
+};
+
+TEST_F(RenderTest, RendersTheExactRequestBody) {
+  const auto r =
+      render_stage(stage("handle"), {{"handler", "weather"}, {"query", "Rain in Oslo?"}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->endpoint, "/v1/chat/completions");
+  EXPECT_EQ(r->body, json::parse(R"({
+    "model": "qwen3-32b", "temperature": 0, "max_tokens": 64,
+    "messages": [{"role": "system", "content": "You are the weather handler."},
+                 {"role": "user", "content": "Rain in Oslo?"}]})"));
+}
+
+TEST_F(RenderTest, AnUnboundVariableIsAnErrorNotAnEmptyString) {
+  const auto r = render_stage(stage("handle"), {{"handler", "weather"}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("\"query\" is not bound"), std::string::npos)
+      << r.error().message;
+}
+
+TEST_F(RenderTest, PromptsAreNotHtmlEscaped) {
+  const auto r =
+      render_stage(stage("handle"), {{"handler", "a&b"}, {"query", "<b>\"x\" & 'y'</b>"}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->body["messages"][1]["content"], "<b>\"x\" & 'y'</b>");
+  EXPECT_EQ(r->body["messages"][0]["content"], "You are the a&b handler.");
+}
+
+TEST_F(RenderTest, ToolStagesRenderArgumentsAndRecordKeys) {
+  const auto r = render_stage(stage("execute"), {{"handler", "email"}, {"call", "{\"f\": 1}"}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->endpoint, "/v1/dynrt/tools/call_api");
+  EXPECT_EQ(r->body, json::parse(R"({"api": "email", "call": "{\"f\": 1}"})"));
+  EXPECT_EQ(r->reads, (std::vector<std::string>{"api:email"}));
+  EXPECT_TRUE(r->writes.empty());
+}
+
+TEST(RenderText, AWholeTagInsertsTheJsonValueItself) {
+  const json history = json::parse(R"([{"role": "user", "content": "hi"}])");
+  const auto r = render_text("{{history}}", {{"history", history}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, history);
+  const auto n = render_text("{{n}}", {{"n", 3}});
+  EXPECT_EQ(*n, 3);
+}
+
+TEST(RenderText, NonStringsInsideTextRenderAsJson) {
+  EXPECT_EQ(*render_text("n={{n}} ok={{ok}} x={{x}}", {{"n", 2.5}, {"ok", true}, {"x", nullptr}}),
+            "n=2.5 ok=true x=null");
+}
+
+TEST(RenderText, SectionsIterateListsAndTestBooleans) {
+  const Bindings vars{
+      {"items", json::parse(R"([{"name": "a"}, {"name": "b"}])")}, {"flag", false}, {"on", true}};
+  EXPECT_EQ(*render_text("{{#items}}[{{name}}]{{/items}}", vars), "[a][b]");
+  EXPECT_EQ(*render_text("{{#flag}}yes{{/flag}}{{^flag}}no{{/flag}}", vars), "no");
+  EXPECT_EQ(*render_text("{{#on}}yes{{/on}}", vars), "yes");
+}
+
+TEST(RenderText, DottedNamesReachIntoObjects) {
+  EXPECT_EQ(*render_text("{{user.name}}!", {{"user", json{{"name", "Ada"}}}}), "Ada!");
+  // A missing field inside a bound object renders empty, as mustache does.
+  EXPECT_EQ(*render_text("[{{user.age}}]", {{"user", json{{"name", "Ada"}}}}), "[]");
+}
+
+TEST(RenderText, MalformedTemplatesAreErrors) {
+  EXPECT_FALSE(render_text("{{#a}}x", {{"a", true}}).ok());
+  EXPECT_FALSE(render_text("{{> p}}", {}).ok());
+}
+
+TEST(RenderStage, UserStagesHaveNoRequest) {
+  const TemplateGraph g = compile_clean(testing::read_file("templates/hci.yaml"));
+  EXPECT_FALSE(render_stage(*g.stage("pick"), {}).ok());
+}
+
+TEST(Pointer, FollowsRfc6901) {
+  const json doc = json::parse(R"({"a/b": {"m~n": [10, 20]}, "": 1, "list": [0, 1]})");
+  EXPECT_EQ(*resolve_pointer(doc, "/a~1b/m~0n/1"), 20);
+  EXPECT_EQ(*resolve_pointer(doc, "/"), 1);
+  EXPECT_EQ(resolve_pointer(doc, ""), &doc);
+  EXPECT_EQ(resolve_pointer(doc, "/list/01"), nullptr);  // no leading zeros
+  EXPECT_EQ(resolve_pointer(doc, "/list/2"), nullptr);
+  EXPECT_EQ(resolve_pointer(doc, "/list/-"), nullptr);
+  EXPECT_EQ(resolve_pointer(doc, "a"), nullptr);
+  EXPECT_EQ(resolve_pointer(doc, "/a~2"), nullptr);
+  EXPECT_FALSE(valid_pointer("x"));
+  EXPECT_TRUE(valid_pointer("/~0~1"));
+}
+
+TEST_F(RenderTest, BindReadsVariablesFromTheIncomingRequest) {
+  const json request = json::parse(R"({"messages": [{"role": "system", "content": "s"},
+                                                     {"role": "user", "content": "Rain?"}]})");
+  const auto b = bind_request(stage("router"), request);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->at("query"), "Rain?");
+  const auto missing = bind_request(stage("router"), json::parse(R"({"messages": []})"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("/messages/1/content"), std::string::npos);
+}
+
+TEST_F(RenderTest, OutputsReadTheResponse) {
+  const json response = json::parse(R"({"choices": [{"message": {"content": "{\"f\": 1}"}}]})");
+  const auto o = read_outputs(stage("handle"), response);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->at("call"), "{\"f\": 1}");
+}
+
+json chat_response(const std::string& content) {
+  return json{{"choices", json::array({json{{"message", json{{"content", content}}}}})}};
+}
+
+TEST_F(RenderTest, SelectionIsReadFromTheDecidersOutput) {
+  const Decision& d = *g_.decision("handler");
+  auto s = read_selection(d, chat_response("Thinking...\nHANDLER: email"));
+  EXPECT_EQ(s.status, SelectionResult::Status::selected);
+  EXPECT_EQ(s.value, "email");
+  s = read_selection(d, chat_response("HANDLER: email. I repeat, HANDLER: email"));
+  EXPECT_EQ(s.status, SelectionResult::Status::selected);
+}
+
+TEST_F(RenderTest, AnAmbiguousSelectionSelectsNothing) {
+  const auto s = read_selection(*g_.decision("handler"),
+                                chat_response("HANDLER: email or maybe HANDLER: weather"));
+  EXPECT_EQ(s.status, SelectionResult::Status::ambiguous);
+  EXPECT_TRUE(s.value.empty());
+}
+
+TEST_F(RenderTest, AnUnreadableSelectionSelectsNothing) {
+  const Decision& d = *g_.decision("handler");
+  EXPECT_EQ(read_selection(d, chat_response("I do not know")).status,
+            SelectionResult::Status::unreadable);
+  EXPECT_EQ(read_selection(d, json::parse(R"({"error": "x"})")).status,
+            SelectionResult::Status::unreadable);
+}
+
+TEST(Selection, MapsAndParsesJson) {
+  const TemplateGraph g = compile_clean(testing::read_file("templates/subagent.yaml"));
+  const Decision& d = *g.decision("subagent");
+  auto s = read_selection(d, chat_response(R"({"subagent": "history"})"));
+  EXPECT_EQ(s.status, SelectionResult::Status::selected);
+  EXPECT_EQ(s.value, "history");
+  EXPECT_EQ(read_selection(d, chat_response("not json")).status,
+            SelectionResult::Status::unreadable);
+
+  Decision mapped;
+  mapped.selection.extract.pointer = "/choices/0/message/content";
+  mapped.selection.map = {{"1", "weather"}, {"2", "email"}};
+  EXPECT_EQ(read_selection(mapped, chat_response(" 2\n")).value, "email");
+  EXPECT_EQ(read_selection(mapped, chat_response("3")).status, SelectionResult::Status::unreadable);
+}
+
+TEST(Candidates, ExtractReadsTheLatestOutputInOrder) {
+  const TemplateGraph g = compile_clean(testing::read_file("templates/react.yaml"));
+  const CandidateSource& src = g.decision("entity")->candidates;
+  const json passage = {{"passage",
+                         "[[Oslo]] is the capital of [[Norway]]; see [[Oslo]], "
+                         "[[Bergen]] and [[Tromso]]."}};
+  EXPECT_EQ(extract_candidates(src, passage),
+            (std::vector<std::string>{"Oslo", "Norway", "Bergen"}));
+  EXPECT_TRUE(extract_candidates(src, json{{"other", 1}}).empty());
+}
+
+TEST(Candidates, ExtractTakesEachListElement) {
+  const TemplateGraph g = compile_clean(testing::read_file("templates/hci.yaml"));
+  const CandidateSource& src = g.decision("action")->candidates;
+  const json offer = chat_response(
+      R"({"actions": ["Book a table", "Call a taxi", "Book a table", "Wait", "More"]})");
+  EXPECT_EQ(extract_candidates(src, offer),
+            (std::vector<std::string>{"Book a table", "Call a taxi", "Wait"}));
+}
+
+}  // namespace
+}  // namespace dynrt::dsl
