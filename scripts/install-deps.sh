@@ -23,7 +23,13 @@ if [ ${#missing[@]} -eq 0 ]; then
 fi
 
 sudo_cmd=()
-[ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+if [ "$(id -u)" -ne 0 ]; then
+  if ! command -v sudo >/dev/null; then
+    echo "install-deps: missing ${missing[*]}; run this script as root (or install sudo)" >&2
+    exit 1
+  fi
+  sudo_cmd=(sudo)
+fi
 echo "install-deps: installing ${missing[*]}"
 "${sudo_cmd[@]}" apt-get update -q
 DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
