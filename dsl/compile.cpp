@@ -73,6 +73,8 @@ json to_json(const Node& node) {
 
 namespace {
 
+constexpr int kMaxCount = 1'000'000;  // counts the schema leaves open (loop max, candidates)
+constexpr double kMaxTtl = 7 * 24 * 3600.0;
 constexpr std::string_view kChatContent = "/choices/0/message/content";
 constexpr std::string_view kCompletionText = "/choices/0/text";
 
@@ -94,6 +96,14 @@ std::optional<double> number_of(const Node* n) {
   if (!n) return std::nullopt;
   const auto v = yaml::number_value(*n);
   return v && std::isfinite(*v) ? v : std::nullopt;
+}
+
+// An integer setting within [lo, hi]; out-of-range values were reported by the schema and
+// must not reach a narrowing conversion (3e31 does not fit an int).
+std::optional<int> int_of(const Node* n, int lo, int hi) {
+  const auto v = number_of(n);
+  if (!v || std::trunc(*v) != *v || *v < lo || *v > hi) return std::nullopt;
+  return static_cast<int>(*v);
 }
 
 std::optional<bool> bool_of(const Node* n) {
@@ -317,10 +327,10 @@ class Compiler {
 
   SpeculationLimits read_limits(const Node* n, SpeculationLimits base) {
     if (!n || !n->is_mapping()) return base;
-    if (auto v = number_of(n->get("max_fills"))) base.max_fills = static_cast<int>(*v);
-    if (auto v = number_of(n->get("wait_ms"))) base.wait_ms = static_cast<int>(*v);
-    if (auto v = number_of(n->get("ttl_s"))) base.ttl_s = *v;
-    if (auto v = number_of(n->get("max_chain"))) base.max_chain = static_cast<int>(*v);
+    if (auto v = int_of(n->get("max_fills"), 0, 64)) base.max_fills = *v;
+    if (auto v = int_of(n->get("wait_ms"), 0, 600'000)) base.wait_ms = *v;
+    if (auto v = number_of(n->get("ttl_s")); v && *v > 0 && *v <= kMaxTtl) base.ttl_s = *v;
+    if (auto v = int_of(n->get("max_chain"), 1, 16)) base.max_chain = *v;
     return base;
   }
 
@@ -454,7 +464,7 @@ class Compiler {
     if (auto m = string_of(def->get("model"))) s.model = *m;
     if (auto t = string_of(def->get("tool"))) s.tool = *t;
     if (auto b = bool_of(def->get("speculable"))) s.speculable = *b;
-    if (auto t = number_of(def->get("ttl_s"))) s.ttl_s = *t;
+    if (auto t = number_of(def->get("ttl_s")); t && *t > 0 && *t <= kMaxTtl) s.ttl_s = *t;
     if (const Node* p = def->get("params"); p && p->is_mapping()) s.params = to_json(*p);
     if (const Node* r = def->get("request")) {
       s.request = to_json(*r);
@@ -551,7 +561,7 @@ class Compiler {
       Loop& l = g_.loops[lid];
       const std::string path = "/loops/" + schema::pointer_token(l.name);
       if (!e.value.is_mapping()) continue;
-      if (auto m = number_of(e.value.get("max"))) l.max = static_cast<int>(*m);
+      if (auto m = int_of(e.value.get("max"), 1, kMaxCount)) l.max = *m;
       for (const Node* n : string_list(e.value.get("stages"))) {
         const auto it = stage_ids_.find(n->value);
         if (it == stage_ids_.end()) {
@@ -704,7 +714,7 @@ class Compiler {
     if (*source == "learned") src.kind = CandidateSourceKind::learned;
     if (*source == "extract") src.kind = CandidateSourceKind::extract;
     if (*source == "drafter") src.kind = CandidateSourceKind::drafter;
-    if (auto m = number_of(c.get("max"))) src.max = static_cast<int>(*m);
+    if (auto m = int_of(c.get("max"), 1, kMaxCount)) src.max = *m;
     for (const Node* v : string_list(c.get("values")))
       src.values.push_back(v->value);
     if (src.kind == CandidateSourceKind::static_list && !c.get("max")) {
@@ -729,8 +739,8 @@ class Compiler {
       if (auto m = string_of(c.get("model"))) src.model = *m;
       if (const Node* r = c.get("request")) src.request = to_json(*r);
       if (const Node* p = c.get("params"); p && p->is_mapping()) src.params = to_json(*p);
-      if (auto s = number_of(c.get("samples"))) src.samples = static_cast<int>(*s);
-      if (auto t = number_of(c.get("timeout_ms"))) src.timeout_ms = static_cast<int>(*t);
+      if (auto s = int_of(c.get("samples"), 1, 64)) src.samples = *s;
+      if (auto t = int_of(c.get("timeout_ms"), 1, 600'000)) src.timeout_ms = *t;
     }
   }
 

@@ -87,6 +87,7 @@ struct Language {
   Type boolean = scalar(TypeKind::boolean);
   Type version = ranged(TypeKind::integer, 1, std::nullopt);
   Type positive_int = ranged(TypeKind::integer, 1, std::nullopt);
+  Type count = ranged(TypeKind::integer, 1, 1'000'000);
   Type non_negative_int = ranged(TypeKind::integer, 0, std::nullopt);
   Type non_negative_number = ranged(TypeKind::number, 0, std::nullopt);
   Type number = scalar(TypeKind::number);
@@ -254,7 +255,7 @@ struct Language {
   std::vector<Field> candidates_common(const Type* source) const {
     return {
         {"source", source, true, "static, learned, extract or drafter."},
-        {"max", &positive_int, false, "Most candidates proposed per branch."},
+        {"max", &count, false, "Most candidates proposed per branch."},
     };
   }
   Type static_candidates =
@@ -331,7 +332,7 @@ struct Language {
                      "is a variable holding the repetition index, from 0.",
                      {{"description", &string, false, "What one repetition does."},
                       {"stages", &stage_list, true, "The stages of one repetition, in order."},
-                      {"max", &positive_int, true, "Most repetitions in one workflow run."}});
+                      {"max", &count, true, "Most repetitions in one workflow run."}});
 
   Type inputs = map_of(NameKind::identifier, &input);
   Type stages = [this] {
