@@ -378,7 +378,8 @@ struct Walk {
   std::vector<FileResult> problems;
 };
 
-void walk_dir(const fs::path& dir, std::set<fs::path>& visited, Walk& walk) {
+// `visited` maps each folder already walked (by canonical path) to the path it was reached by.
+void walk_dir(const fs::path& dir, std::map<fs::path, std::string>& visited, Walk& walk) {
   std::error_code ec;
   const fs::path canonical = fs::canonical(dir, ec);
   if (ec) {
@@ -386,10 +387,11 @@ void walk_dir(const fs::path& dir, std::set<fs::path>& visited, Walk& walk) {
         file_finding(dir.string(), Rule::io_error, "cannot read the folder: " + ec.message()));
     return;
   }
-  if (!visited.insert(canonical).second) {
+  const auto [seen, inserted] = visited.emplace(canonical, dir.string());
+  if (!inserted) {
     auto r = file_finding(dir.string(), Rule::io_error,
-                          "symlink loop: this folder is " + canonical.string() +
-                              ", already being linted; it is skipped");
+                          "symlink loop: this folder is " + seen->second +
+                              ", which is already being linted; it is skipped");
     r.diagnostics.front().severity = Severity::warning;
     walk.problems.push_back(std::move(r));
     return;
@@ -411,11 +413,16 @@ void walk_dir(const fs::path& dir, std::set<fs::path>& visited, Walk& walk) {
     std::error_code sec;
     const fs::file_status st = fs::status(p, sec);
     if (sec) {
-      if (is_template_name(p) || fs::is_symlink(fs::symlink_status(p, sec))) {
-        walk.problems.push_back(file_finding(p.string(), Rule::io_error,
-                                             sec == std::errc::too_many_symbolic_link_levels
-                                                 ? "cannot read: symlink loop"
-                                                 : "cannot read: " + sec.message()));
+      std::error_code lec;
+      const bool link = fs::is_symlink(fs::symlink_status(p, lec));
+      if (is_template_name(p) || link) {
+        std::string why = "cannot read: " + sec.message();
+        if (sec == std::errc::too_many_symbolic_link_levels) {
+          why = "cannot read: symlink loop";
+        } else if (link && sec == std::errc::no_such_file_or_directory) {
+          why = "dangling symlink: its target does not exist";
+        }
+        walk.problems.push_back(file_finding(p.string(), Rule::io_error, why));
       }
       continue;
     }
@@ -489,7 +496,7 @@ LintReport lint_paths(const std::vector<std::string>& paths, const LintOptions& 
     }
     if (!ec && fs::is_directory(st)) {
       Walk walk;
-      std::set<fs::path> visited;
+      std::map<fs::path, std::string> visited;
       walk_dir(path, visited, walk);
       for (auto& p : walk.problems)
         results.push_back(std::move(p));
