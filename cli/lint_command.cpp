@@ -56,12 +56,12 @@ int run_lint(const LintArgs& args) {
 
 void add_lint_commands(CLI::App& app, std::function<int()>& run) {
   auto args = std::make_shared<LintArgs>();
-  CLI::App* lint = app.add_subcommand(
-      "lint",
-      "Check workflow templates and report every finding with its position.\n"
+  CLI::App* lint = app.add_subcommand("lint", "Check workflow templates and report every finding");
+  lint->footer(
+      "Prints file:line:col: severity: message [rule], the line and a caret under the span.\n"
       "Exit status: 0 clean, 1 findings at or above --fail-on, 2 usage error, 3 internal "
-      "error. Rules: `dynrt lint --list-rules`, docs/lint-rules.md. Silence one finding with "
-      "a comment on the line above it: `# dynrt-lint ignore=RULE -- reason`.");
+      "error.\nRules: dynrt lint --list-rules, and docs/lint-rules.md. Silence one finding "
+      "with a comment on the line above it:\n  # dynrt-lint ignore=RULE -- reason");
   lint->add_option("paths", args->paths,
                    "Template files or folders (folders are searched for *.yaml and *.yml; "
                    "- reads standard input)");
@@ -77,10 +77,10 @@ void add_lint_commands(CLI::App& app, std::function<int()>& run) {
   lint->add_flag("--list-rules", args->list_rules, "List every rule and exit");
   lint->callback([args, &run] { run = [args] { return run_lint(*args); }; });
 
-  CLI::App* schema = app.add_subcommand(
-      "schema",
-      "Print the JSON Schema of workflow templates (what docs/template.schema.json holds), "
-      "for editors with the YAML language server.");
+  CLI::App* schema = app.add_subcommand("schema", "Print the JSON Schema of workflow templates");
+  schema->footer(
+      "The same schema as docs/template.schema.json. Point the YAML language server at it for "
+      "completion and checks in your editor.");
   schema->callback([&run] {
     run = [] {
       std::cout << dsl::schema::json_schema().dump(2) << "\n";
