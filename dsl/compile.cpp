@@ -703,7 +703,6 @@ class Compiler {
     } else {
       dec.selection.extract.pointer = default_pointer;
     }
-    dec_src_.push_back(&def);
     check_selection(dec, def, path);
   }
 
@@ -965,7 +964,6 @@ class Compiler {
       return std::tuple(position[a.from], position[a.to], a.loop_carried) <
              std::tuple(position[b.from], position[b.to], b.loop_carried);
     });
-    topo_position_ = std::move(position);
     entry_and_reachability();
     ancestors();
   }
@@ -1186,12 +1184,10 @@ class Compiler {
   DiagnosticSink& sink_;
   TemplateGraph g_;
   std::vector<StageSrc> src_;
-  std::vector<const Node*> dec_src_;
   std::map<std::string, StageId> stage_ids_;
   std::map<std::string, Var> vars_;
   std::vector<Use> uses_;
   std::map<std::pair<StageId, StageId>, Span> after_src_;
-  std::vector<std::size_t> topo_position_;
   std::vector<std::vector<bool>> ancestors_;
 };
 
