@@ -20,6 +20,9 @@ cmake --build build-fuzz --target template_fuzz -j"$(nproc)"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 mkdir -p build-fuzz/artifacts
+# Symbolized reports need llvm-symbolizer, which Debian ships in llvm-14 under a versioned path.
+symbolizer=/usr/lib/llvm-14/bin/llvm-symbolizer
+[ -x "$symbolizer" ] && export ASAN_SYMBOLIZER_PATH="$symbolizer" UBSAN_SYMBOLIZER_PATH="$symbolizer"
 # -timeout: an input that takes seconds is a hang; -rss_limit_mb: unbounded memory is a bug.
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   build-fuzz/template_fuzz -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
