@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <functional>
@@ -14,23 +15,21 @@ namespace {
 
 using nlohmann::json;
 
-TEST(Properties, AnyBytesEndInFindingsWithSanePositions) {
-  rc::check([](const std::string& bytes) {
-    const LintReport r = lint_text("p.yaml", bytes);
-    RC_ASSERT(r.files.size() == 1u);
-    const int lines = r.files[0].source ? r.files[0].source->line_count() : 1;
-    for (const Diagnostic& d : r.diagnostics) {
-      RC_ASSERT(d.begin.line >= 1);
-      RC_ASSERT(d.begin.line <= lines);
-      RC_ASSERT(d.begin.column >= 1);
-      RC_ASSERT(!d.message.empty());
-    }
-    (void)format_text(r);
-    (void)format_json(r);
-  });
+RC_GTEST_PROP(Properties, AnyBytesEndInFindingsWithSanePositions, (const std::string& bytes)) {
+  const LintReport r = lint_text("p.yaml", bytes);
+  RC_ASSERT(r.files.size() == 1u);
+  const int lines = r.files[0].source ? r.files[0].source->line_count() : 1;
+  for (const Diagnostic& d : r.diagnostics) {
+    RC_ASSERT(d.begin.line >= 1);
+    RC_ASSERT(d.begin.line <= lines);
+    RC_ASSERT(d.begin.column >= 1);
+    RC_ASSERT(!d.message.empty());
+  }
+  (void)format_text(r);
+  (void)format_json(r);
 }
 
-TEST(Properties, AnyYamlishTextEndsInFindings) {
+RC_GTEST_PROP(Properties, AnyYamlishTextEndsInFindings, (const std::vector<std::size_t>& picks)) {
   const std::vector<std::string> pieces = {"version: 1\n",
                                            "workflow: w\n",
                                            "stages:\n",
@@ -61,14 +60,13 @@ TEST(Properties, AnyYamlishTextEndsInFindings) {
                                            "---\n",
                                            "\t",
                                            "loops: {l: {stages: [a], max: 2}}\n"};
-  rc::check([&](const std::vector<std::size_t>& picks) {
-    std::string text;
-    for (const std::size_t p : picks)
-      text += pieces[p % pieces.size()];
-    const LintReport r = lint_text("p.yaml", text);
-    RC_ASSERT(r.files.size() == 1u);
-    if (!r.files[0].usable) RC_ASSERT(!r.diagnostics.empty());
-  });
+
+  std::string text;
+  for (const std::size_t p : picks)
+    text += pieces[p % pieces.size()];
+  const LintReport r = lint_text("p.yaml", text);
+  RC_ASSERT(r.files.size() == 1u);
+  if (!r.files[0].usable) RC_ASSERT(!r.diagnostics.empty());
 }
 
 // A random request body: nested objects and arrays of strings, integers and booleans.
@@ -162,32 +160,28 @@ void mutate_one_leaf(json& j) {
   }
 }
 
-TEST(Properties, FingerprintIgnoresFormatting) {
-  rc::check([] {
-    json body = json::object();
-    body["messages"] = random_tree(3);
-    body["extra"] = random_tree(2);
-    const auto a = fingerprint(template_with(" " + flow(body, false) + "\n"));
-    const auto b = fingerprint(template_with(" " + flow(body, true) + "\n"));
-    const auto c = fingerprint(template_with(block(body, 6)));
-    RC_ASSERT(a.has_value());
-    RC_ASSERT(a == b);
-    RC_ASSERT(a == c);
-  });
+RC_GTEST_PROP(Properties, FingerprintIgnoresFormatting, ()) {
+  json body = json::object();
+  body["messages"] = random_tree(3);
+  body["extra"] = random_tree(2);
+  const auto a = fingerprint(template_with(" " + flow(body, false) + "\n"));
+  const auto b = fingerprint(template_with(" " + flow(body, true) + "\n"));
+  const auto c = fingerprint(template_with(block(body, 6)));
+  RC_ASSERT(a.has_value());
+  RC_ASSERT(a == b);
+  RC_ASSERT(a == c);
 }
 
-TEST(Properties, FingerprintFollowsEveryChange) {
-  rc::check([] {
-    json body = json::object();
-    body["messages"] = random_tree(3);
-    json changed = body;
-    mutate_one_leaf(changed);
-    RC_PRE(changed != body);
-    const auto a = fingerprint(template_with(" " + flow(body, false) + "\n"));
-    const auto b = fingerprint(template_with(" " + flow(changed, false) + "\n"));
-    RC_ASSERT(a.has_value() && b.has_value());
-    RC_ASSERT(*a != *b);
-  });
+RC_GTEST_PROP(Properties, FingerprintFollowsEveryChange, ()) {
+  json body = json::object();
+  body["messages"] = random_tree(3);
+  json changed = body;
+  mutate_one_leaf(changed);
+  RC_PRE(changed != body);
+  const auto a = fingerprint(template_with(" " + flow(body, false) + "\n"));
+  const auto b = fingerprint(template_with(" " + flow(changed, false) + "\n"));
+  RC_ASSERT(a.has_value() && b.has_value());
+  RC_ASSERT(*a != *b);
 }
 
 }  // namespace
