@@ -1,8 +1,8 @@
 // Reuse names and the Completed-Subgraph Library (issue 3), with Google Benchmark:
 //   ./build/csl_benchmark
 // Targets (docs/benchmarks.md): a reuse name of a 4 KB chat request <= 2 us; a probe hit or
-// miss at 1M entries, median <= 200 ns; cascade time linear in the number of entries removed.
-// Metadata per entry is measured by bench/csl_memory.cpp.
+// miss at 1M entries, median <= 200 ns. Metadata per entry: bench/csl_memory.cpp; cascade
+// cost versus its size: bench/csl_cascade.cpp and bench/csl_cascade.sh.
 #include "runtime/clock.hpp"
 #include "runtime/csl/store.hpp"
 #include "runtime/reuse_name.hpp"
@@ -26,8 +26,9 @@ nlohmann::json chat_request(std::size_t bytes) {
                          {"top_p", 1.0},         {"seed", 7},        {"stream", true}};
   const std::size_t turns = 6;
   for (std::size_t i = 0; i < turns; ++i) {
-    body["messages"].push_back({{"role", i % 2 ? "assistant" : "user"},
-                                {"content", std::string(bytes / turns, 'a' + static_cast<char>(i))}});
+    body["messages"].push_back(
+        {{"role", i % 2 ? "assistant" : "user"},
+         {"content", std::string(bytes / turns, 'a' + static_cast<char>(i))}});
   }
   return body;
 }
@@ -35,7 +36,8 @@ nlohmann::json chat_request(std::size_t bytes) {
 void BM_ReuseName4KB(benchmark::State& state) {
   const nlohmann::json body = chat_request(4096);
   const Hash128 stage = xxh3_128("stage");
-  for (auto _ : state) benchmark::DoNotOptimize(dynrt::reuse_name(stage, "/v1/chat/completions", body));
+  for (auto _ : state)
+    benchmark::DoNotOptimize(dynrt::reuse_name(stage, "/v1/chat/completions", body));
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * 4096);
 }
 BENCHMARK(BM_ReuseName4KB);
@@ -49,7 +51,9 @@ void BM_ReuseEncoding4KB(benchmark::State& state) {
 }
 BENCHMARK(BM_ReuseEncoding4KB);
 
-Hash128 name_of(std::uint64_t i) { return Hash128{i * 0x9E3779B97F4A7C15ULL, ~i}; }
+Hash128 name_of(std::uint64_t i) {
+  return Hash128{i * 0x9E3779B97F4A7C15ULL, ~i};
+}
 
 // One store of `n` confirmed entries (one read each, 1,000 records), shared by the probes.
 struct Filled {
@@ -95,35 +99,6 @@ void BM_ProbeMiss1M(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_ProbeMiss1M)->Repetitions(5)->ReportAggregatesOnly(true);
-
-// Cascade cost versus |A|: one record read by a root whose removal orphans a fan of |A|-1
-// consumers (each with one producer), so a single write removes exactly |A| entries.
-void BM_Cascade(benchmark::State& state) {
-  const auto size = static_cast<std::size_t>(state.range(0));
-  for (auto _ : state) {
-    state.PauseTiming();
-    ManualClock clock;
-    Limits limits;
-    limits.max_entries = size + 1;
-    Store store(clock, limits);
-    const std::vector<std::string> key{"doc:root"};
-    Insert root;
-    root.name = name_of(0);
-    root.reads = store.snapshot(key);
-    const EntryRef root_ref = store.put_confirmed(std::move(root)).ref;
-    EntryRef parent = root_ref;
-    for (std::size_t i = 1; i < size; ++i) {
-      Insert in;
-      in.name = name_of(i);
-      in.producers = {i % 2 ? root_ref : parent};  // half a fan, half a chain
-      parent = store.put_confirmed(std::move(in)).ref;
-    }
-    state.ResumeTiming();
-    benchmark::DoNotOptimize(store.write(key));
-  }
-  state.SetComplexityN(state.range(0));
-}
-BENCHMARK(BM_Cascade)->RangeMultiplier(10)->Range(1, 100'000)->Complexity(benchmark::oN);
 
 }  // namespace
 

@@ -27,7 +27,9 @@ long resident_bytes() {
   return resident * sysconf(_SC_PAGESIZE);
 }
 
-dynrt::Hash128 name_of(std::uint64_t i) { return dynrt::Hash128{i * 0x9E3779B97F4A7C15ULL, ~i}; }
+dynrt::Hash128 name_of(std::uint64_t i) {
+  return dynrt::Hash128{i * 0x9E3779B97F4A7C15ULL, ~i};
+}
 
 void measure(const char* shape, int reads_mode) {
   constexpr std::size_t kEntries = 1'000'000;

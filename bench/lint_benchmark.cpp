@@ -25,7 +25,8 @@ std::string alias_bomb() {
   for (char c = 'b'; c <= 'i'; ++c) {
     const char p = static_cast<char>(c - 1);
     s += std::string(1, c) + ": &" + c + " [";
-    for (int i = 0; i < 10; ++i) s += std::string(i ? ", *" : "*") + p;
+    for (int i = 0; i < 10; ++i)
+      s += std::string(i ? ", *" : "*") + p;
     s += "]\n";
   }
   return s;
@@ -40,13 +41,17 @@ void lint_input(benchmark::State& state, const std::string& text) {
                           static_cast<std::int64_t>(text.size()));
 }
 
-void BM_Template(benchmark::State& state, const char* path) { lint_input(state, read(path)); }
+void BM_Template(benchmark::State& state, const char* path) {
+  lint_input(state, read(path));
+}
 BENCHMARK_CAPTURE(BM_Template, routing, "templates/routing.yaml")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Template, react, "templates/react.yaml")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Template, subagent, "templates/subagent.yaml")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Template, hci, "templates/hci.yaml")->Unit(benchmark::kMicrosecond);
 
-void BM_AliasBomb(benchmark::State& state) { lint_input(state, alias_bomb()); }
+void BM_AliasBomb(benchmark::State& state) {
+  lint_input(state, alias_bomb());
+}
 BENCHMARK(BM_AliasBomb)->Unit(benchmark::kMillisecond);
 
 void BM_Nesting10k(benchmark::State& state) {
@@ -68,7 +73,8 @@ BENCHMARK(BM_Scalar4MB)->Unit(benchmark::kMillisecond);
 
 void BM_FlatMapping(benchmark::State& state) {
   std::string text = "bulk:\n";
-  for (int i = 0; i < 200000; ++i) text += "  k" + std::to_string(i) + ": v\n";
+  for (int i = 0; i < 200000; ++i)
+    text += "  k" + std::to_string(i) + ": v\n";
   lint_input(state, text);
 }
 BENCHMARK(BM_FlatMapping)->Unit(benchmark::kMillisecond);

@@ -363,41 +363,40 @@ TEST(StoreBudget, EvictionPrefersLowValueEntries) {
   EXPECT_FALSE(store.find(N("e7")));
 }
 
-TEST(StoreBudget, AnInsertsOwnProducersAreNotEvictedToMakeRoom) {
+// A store of two entries, both full.
+struct TwoEntryStore {
   ManualClock clock;
-  Limits limits;
-  limits.max_entries = 2;
-  Store store(clock, limits);
-  Insert p1;
-  p1.name = N("p1");
-  const EntryRef r1 = store.put_confirmed(std::move(p1)).ref;
-  Insert p2;
-  p2.name = N("p2");
-  const EntryRef r2 = store.put_confirmed(std::move(p2)).ref;
-  Insert c;
-  c.name = N("c");
-  c.producers = {r1};
-  ASSERT_EQ(store.put_confirmed(std::move(c)).status, InsertStatus::stored);
-  EXPECT_TRUE(store.state(r1));
-  EXPECT_FALSE(store.state(r2));
+  Store store{clock, [] {
+                Limits l;
+                l.max_entries = 2;
+                return l;
+              }()};
+  EntryRef r1 = put("p1");
+  EntryRef r2 = put("p2");
+  InsertResult insert(std::vector<EntryRef> producers) {
+    Insert c;
+    c.name = N("c");
+    c.producers = std::move(producers);
+    return store.put_confirmed(std::move(c));
+  }
+  EntryRef put(const char* name) {
+    Insert in;
+    in.name = N(name);
+    return store.put_confirmed(std::move(in)).ref;
+  }
+};
+
+TEST(StoreBudget, AnInsertsOwnProducersAreNotEvictedToMakeRoom) {
+  TwoEntryStore s;
+  ASSERT_EQ(s.insert({s.r1}).status, InsertStatus::stored);
+  EXPECT_TRUE(s.store.state(s.r1));
+  EXPECT_FALSE(s.store.state(s.r2));
 }
 
 TEST(StoreBudget, NoRoomWhenEveryEntryIsAProducerOfTheNewOne) {
-  ManualClock clock;
-  Limits limits;
-  limits.max_entries = 2;
-  Store store(clock, limits);
-  Insert p1;
-  p1.name = N("p1");
-  const EntryRef r1 = store.put_confirmed(std::move(p1)).ref;
-  Insert p2;
-  p2.name = N("p2");
-  const EntryRef r2 = store.put_confirmed(std::move(p2)).ref;
-  Insert c;
-  c.name = N("c");
-  c.producers = {r1, r2};
-  EXPECT_EQ(store.put_confirmed(std::move(c)).status, InsertStatus::no_room);
-  EXPECT_EQ(store.size(), 2u);
+  TwoEntryStore s;
+  EXPECT_EQ(s.insert({s.r1, s.r2}).status, InsertStatus::no_room);
+  EXPECT_EQ(s.store.size(), 2u);
 }
 
 TEST(StoreTime, EveryEntryHasAMaximumTtl) {
