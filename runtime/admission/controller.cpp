@@ -1,0 +1,254 @@
+#include "runtime/admission/controller.hpp"
+
+#include <algorithm>
+
+namespace dynrt::admission {
+
+Controller::Controller(const Clock& clock, AdmissionConfig config)
+    : clock_(clock),
+      config_(config),
+      envelope_(config.horizon),
+      curves_(config.prices),
+      rng_(config.seed ^ 0x9E3779B97F4A7C15ULL) {}
+
+// splitmix64: deterministic audits for a given seed, whatever the standard library.
+double Controller::uniform() {
+  std::uint64_t z = (rng_ += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1.0p-53;
+}
+
+Controller::ClassState& Controller::state(const Hash128& coordinate) {
+  return classes_[coordinate];
+}
+
+Controller::Branch* Controller::find(BranchId branch) {
+  const auto it = branches_.find(branch);
+  return it == branches_.end() ? nullptr : &it->second;
+}
+
+// -- load ---------------------------------------------------------------------------------------
+
+void Controller::record_load() {
+  LoadView v;
+  v.fill = static_cast<double>(fills_in_flight_) / config_.prices.fill_slots;
+  v.kv = kv_reserved_ / config_.prices.kv_budget;
+  v.rho = rho_;
+  envelope_.observe(clock_.now(), v);
+}
+
+void Controller::observe_load(double rho, double backlog) {
+  rho_ = std::clamp(rho, 0.0, 1.0);
+  backlog_ = std::max(backlog, 0.0);
+  record_load();
+}
+
+LoadView Controller::view() const {
+  return envelope_.view(clock_.now());
+}
+
+// -- Action 0 -----------------------------------------------------------------------------------
+
+GenerationDecision Controller::open_branch(BranchId branch, const Hash128& coordinate) {
+  ClassState& c = state(coordinate);
+  const TimePoint now = clock_.now();
+  GenerationDecision d;
+  d.x = make_context(ContextInputs{envelope_.envelope(now), rho_, c.consumption, backlog_,
+                                   kv_reserved_ / config_.prices.kv_budget});
+  const int n = c.model.samples();
+  const int n0 = config_.cold_trials;
+  if (n < n0) {
+    if (n + c.pending >= n0) {  // Algorithm 1, line 4: the cold trials are in flight
+      d.reason = GateReason::cold_pending;
+      ++stats_.branches_closed;
+      return d;
+    }
+    d.open = true;
+    d.reason = GateReason::cold_trial;
+    ++stats_.cold_trials;
+  } else {
+    d.u0 = c.model.ucb(d.x);  // Eq. 5
+    if (d.u0 > 0) {
+      d.open = true;
+      d.reason = GateReason::ucb;
+    } else if (uniform() < config_.generation_audit) {
+      d.open = true;
+      d.reason = GateReason::audit;
+      ++stats_.generation_audits;
+    } else {
+      d.reason = GateReason::closed;
+      ++stats_.branches_closed;
+      return d;
+    }
+  }
+  // BeginTrial: registered before expansion, so feedback during setup finds it.
+  Branch b;
+  b.coordinate = coordinate;
+  b.x = d.x;
+  branches_[branch] = std::move(b);
+  ++c.pending;
+  ++stats_.branches_opened;
+  return d;
+}
+
+// -- Action 1 -----------------------------------------------------------------------------------
+
+FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candidates,
+                               int max_fills) {
+  FillDecision out;
+  out.view = view();
+  Branch* b = find(branch);
+  if (!b || b->settled) return out;
+  ClassState& c = state(b->coordinate);
+  std::vector<PricedCandidate> priced;
+  priced.reserve(candidates.size());
+  for (const Candidate& cand : candidates) {
+    // p = selection upper quantile x usability posterior mean.
+    const double p = c.selection.upper(cand.rank) * c.usability.mean();
+    priced.push_back(PricedCandidate{p, cand.gain_ms, cand.footprint});
+    out.p.push_back(p);
+    b->predicted_ranks.push_back(cand.rank);
+  }
+  Budget budget;
+  budget.fills =
+      std::max(0, std::min(max_fills - b->admitted,
+                           static_cast<int>(config_.prices.fill_slots) - fills_in_flight_));
+  budget.kv_share = std::max(0.0, config_.prices.kv_budget - kv_reserved_);
+  std::vector<ReservationId> made(candidates.size(), 0);
+  Hooks hooks;
+  hooks.reserve = [&](std::size_t i) {
+    // Atomic: both the fill count and the KV share, against every branch's reservations.
+    const double kv = candidates[i].footprint.kv_share;
+    if (fills_in_flight_ + 1 > static_cast<int>(config_.prices.fill_slots) ||
+        kv_reserved_ + kv > config_.prices.kv_budget) {
+      ++stats_.reservations_refused;
+      return false;
+    }
+    const ReservationId id = next_reservation_++;
+    reservations_.emplace(id, Reservation{branch, kv});
+    ++fills_in_flight_;
+    kv_reserved_ += kv;
+    made[i] = id;
+    return true;
+  };
+  hooks.audit = [&] { return uniform() < config_.fill_audit; };
+  const std::vector<Step> steps = admit_fills(priced, out.view, curves_, budget, hooks);
+  for (const Step& s : steps) {
+    out.admitted.push_back(
+        FillChoice{s.index, made[s.index], priced[s.index].p, s.utility, s.cost_ms, s.audit});
+    b->reservations.push_back(made[s.index]);
+    b->y -= s.cost_ms;  // Eq. 4: the fills this branch enabled
+    ++b->admitted;
+    stats_.fill_audits += s.audit ? 1 : 0;
+  }
+  stats_.fills_admitted += steps.size();
+  stats_.fills_refused += candidates.size() - steps.size();
+  if (!steps.empty()) record_load();
+  return out;
+}
+
+void Controller::charge_setup(BranchId branch, Duration setup) {
+  if (Branch* b = find(branch)) {
+    const double ms = std::chrono::duration<double, std::milli>(setup).count();
+    if (b->settled) {
+      revise(branch, -ms);
+    } else {
+      b->y -= ms;  // Eq. 4: T_setup, charged whatever the predictor produced
+    }
+  }
+}
+
+// -- feedback -----------------------------------------------------------------------------------
+
+void Controller::resolve(BranchId branch, std::optional<std::size_t> selected_rank) {
+  Branch* b = find(branch);
+  if (!b || b->resolved) return;
+  b->resolved = true;
+  ClassState& c = state(b->coordinate);
+  if (b->predicted_ranks.empty()) return;
+  for (const std::size_t rank : b->predicted_ranks) {
+    c.selection.observe(rank, selected_rank && *selected_rank == rank);
+  }
+  c.selection.next_branch();
+  for (const std::size_t rank : b->predicted_ranks) c.selection.refresh(rank);
+}
+
+void Controller::consumed(BranchId branch, std::size_t /*rank*/, double saved_ms) {
+  Branch* b = find(branch);
+  if (!b) return;
+  state(b->coordinate).usability.alpha += 1;
+  ++b->consumed;
+  if (b->settled) {
+    revise(branch, saved_ms);
+  } else {
+    b->y += saved_ms;  // Eq. 4: the execution a consumed fill saved
+  }
+}
+
+void Controller::missed(BranchId branch, std::size_t /*rank*/, double wait_ms) {
+  Branch* b = find(branch);
+  if (!b) return;
+  state(b->coordinate).usability.beta += 1;
+  if (b->settled) {
+    revise(branch, -wait_ms);
+  } else {
+    b->y -= wait_ms;  // Eq. 4: an expired wait
+  }
+}
+
+void Controller::release(ReservationId reservation) {
+  const auto it = reservations_.find(reservation);
+  if (it == reservations_.end()) return;
+  --fills_in_flight_;
+  kv_reserved_ = std::max(0.0, kv_reserved_ - it->second.kv_share);
+  reservations_.erase(it);
+  record_load();
+}
+
+void Controller::settle(BranchId branch) {
+  Branch* b = find(branch);
+  if (!b || b->settled) return;
+  b->settled = true;
+  ClassState& c = state(b->coordinate);
+  c.model.observe(b->x, b->y);
+  c.pending = std::max(0, c.pending - 1);
+  if (b->admitted > 0) {
+    const double share = static_cast<double>(b->consumed) / b->admitted;
+    c.consumption += config_.consumption_memory * (share - c.consumption);
+  }
+  settled_order_.push_back(branch);
+  while (settled_order_.size() > config_.settled_memory) {
+    branches_.erase(settled_order_.front());
+    settled_order_.pop_front();
+  }
+}
+
+void Controller::revise(BranchId branch, double delta_ms) {
+  Branch* b = find(branch);
+  if (!b) return;
+  const double old_y = b->y;
+  b->y += delta_ms;
+  if (b->settled) state(b->coordinate).model.revise(b->x, old_y, b->y);
+}
+
+// -- inspection ---------------------------------------------------------------------------------
+
+const ClassModel* Controller::model(const Hash128& coordinate) const {
+  const auto it = classes_.find(coordinate);
+  return it == classes_.end() ? nullptr : &it->second.model;
+}
+
+const RankSelection* Controller::selection(const Hash128& coordinate) const {
+  const auto it = classes_.find(coordinate);
+  return it == classes_.end() ? nullptr : &it->second.selection;
+}
+
+std::optional<double> Controller::branch_return(BranchId branch) const {
+  const auto it = branches_.find(branch);
+  if (it == branches_.end()) return std::nullopt;
+  return it->second.y;
+}
+
+}  // namespace dynrt::admission

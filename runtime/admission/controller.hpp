@@ -1,0 +1,186 @@
+// Load-priced admission with delayed feedback (paper section 3.4, Algorithm 1): the state
+// the pricing actor owns.
+//
+// The controller keeps the load history and its causal envelope, the price curves, the KV and
+// fill reservations of fills in flight, and per branch class (coordinate) the rank-conditioned
+// selection posteriors, the usability posterior and the ridge model of the generation gate.
+// A branch goes through it in this order:
+//   open_branch      Action 0: cold trial, UCB, or a seeded audit; registers the trial
+//                    before expansion so feedback that arrives during setup is not lost
+//   admit            Action 1: sequential repricing over the proposed candidates, with
+//                    atomic reservations and seeded audits
+//   charge_setup     the predictor's time, charged whether or not it produced anything
+//   resolve          selection statistics for every predicted candidate
+//   consumed/missed  usability for admitted, selected fills; savings and waits
+//   release          a fill finished or was cancelled: its reservation returns
+//   settle           the branch's return y becomes one observation of its class
+//   revise           a later event changes y without adding an observation
+//
+// Deterministic for a given seed and clock; single-threaded.
+#pragma once
+
+#include "runtime/admission/beta.hpp"
+#include "runtime/admission/fill_gate.hpp"
+#include "runtime/admission/generation_gate.hpp"
+#include "runtime/admission/load.hpp"
+#include "runtime/admission/price.hpp"
+#include "runtime/clock.hpp"
+#include "runtime/hash.hpp"
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace dynrt::admission {
+
+using BranchId = std::uint64_t;
+using ReservationId = std::uint64_t;
+
+struct AdmissionConfig {
+  Duration horizon = std::chrono::seconds(5);  // H of the causal envelope
+  PriceParams prices;
+  int cold_trials = 8;                // n0: trials per class before the UCB rule applies
+  double generation_audit = 0.05;     // chance a closed generation gate opens anyway
+  double fill_audit = 0.05;           // chance one refused candidate is admitted anyway
+  double consumption_memory = 0.1;    // weight of the newest branch in the consumption EWMA
+  std::size_t settled_memory = 4096;  // settled branches kept for delayed feedback
+  std::uint64_t seed = 1;
+};
+
+enum class GateReason {
+  cold_trial,    ///< opened: the class has had fewer than n0 trials, pending ones included
+  cold_pending,  ///< closed: the remaining cold trials are in flight; wait for their feedback
+  ucb,           ///< opened: U0 > 0
+  closed,        ///< closed: U0 <= 0
+  audit,         ///< opened by a seeded audit despite U0 <= 0
+};
+
+struct GenerationDecision {
+  bool open = false;
+  GateReason reason = GateReason::closed;
+  double u0 = 0;  // Eq. 5 at this context (meaningful after the cold trials)
+  Context x = Context::Zero();
+};
+
+struct Candidate {
+  std::size_t rank = 0;  // position in the predictor's ordering, 0 first
+  double gain_ms = 0;    // G: execution its consumption would save after C1 lookup
+  Footprint footprint;
+};
+
+struct FillChoice {
+  std::size_t candidate = 0;  // index into admit()'s candidates
+  ReservationId reservation = 0;
+  double p = 0;
+  double utility = 0;
+  double cost_ms = 0;  // C_s at the projected load it was admitted at
+  bool audit = false;
+};
+
+struct FillDecision {
+  std::vector<FillChoice> admitted;  // in admission order
+  std::vector<double> p;             // per candidate: the probability the gate used
+  LoadView view;                     // V_H the decision started from
+};
+
+struct AdmissionStats {
+  std::uint64_t branches_opened = 0;
+  std::uint64_t branches_closed = 0;
+  std::uint64_t cold_trials = 0;
+  std::uint64_t generation_audits = 0;
+  std::uint64_t fills_admitted = 0;
+  std::uint64_t fills_refused = 0;
+  std::uint64_t fill_audits = 0;
+  std::uint64_t reservations_refused = 0;
+};
+
+class Controller {
+ public:
+  Controller(const Clock& clock, AdmissionConfig config = {});
+
+  // -- load ----------------------------------------------------------------------------------
+  // Canonical pressure rho (canonical requests in flight / decode slots) and queue backlog
+  // (queued requests / decode slots), from an engine snapshot or the periodic probe. Fill
+  // and KV occupancy come from the controller's own reservations.
+  void observe_load(double rho, double backlog);
+  LoadView view() const;  // V_H now
+  const LoadEnvelope& envelope() const { return envelope_; }
+  const PriceCurves& prices() const { return curves_; }
+
+  // -- a branch ------------------------------------------------------------------------------
+  GenerationDecision open_branch(BranchId branch, const Hash128& coordinate);
+  // Action 1 for a branch open_branch() opened; max_fills is the template's per-branch limit.
+  FillDecision admit(BranchId branch, std::span<const Candidate> candidates, int max_fills);
+  void charge_setup(BranchId branch, Duration setup);
+  // The branch resolved; selected_rank is the rank of the selected candidate among those
+  // predicted, or nullopt if the selection was none of them. (An ambiguous selection should
+  // not be reported: nothing is learned from it.)
+  void resolve(BranchId branch, std::optional<std::size_t> selected_rank);
+  // An admitted, selected fill was consumed in time and saved `saved_ms`.
+  void consumed(BranchId branch, std::size_t rank, double saved_ms);
+  // An admitted, selected fill missed its deadline; the demand waited `wait_ms` for it. This
+  // lowers usability; it is not a prediction error.
+  void missed(BranchId branch, std::size_t rank, double wait_ms);
+  void release(ReservationId reservation);
+  void settle(BranchId branch);
+  // Delayed feedback after settle(): the branch's return changes by delta_ms.
+  void revise(BranchId branch, double delta_ms);
+
+  // -- inspection ----------------------------------------------------------------------------
+  const AdmissionStats& stats() const { return stats_; }
+  const ClassModel* model(const Hash128& coordinate) const;
+  const RankSelection* selection(const Hash128& coordinate) const;
+  std::optional<double> branch_return(BranchId branch) const;
+  int fills_in_flight() const { return fills_in_flight_; }
+  double kv_reserved() const { return kv_reserved_; }
+
+ private:
+  struct ClassState {
+    ClassModel model;
+    RankSelection selection;
+    BetaPosterior usability;
+    double consumption = 0.5;  // EWMA of consumed / admitted fills
+    int pending = 0;           // opened, not yet settled
+  };
+  struct Branch {
+    Hash128 coordinate;
+    Context x = Context::Zero();
+    double y = 0;  // the full-path return so far (Eq. 4)
+    std::vector<std::size_t> predicted_ranks;
+    std::vector<ReservationId> reservations;
+    int admitted = 0;
+    int consumed = 0;
+    bool resolved = false;
+    bool settled = false;
+  };
+  struct Reservation {
+    BranchId branch;
+    double kv_share;
+  };
+
+  double uniform();
+  ClassState& state(const Hash128& coordinate);
+  Branch* find(BranchId branch);
+  void record_load();
+
+  const Clock& clock_;
+  AdmissionConfig config_;
+  LoadEnvelope envelope_;
+  PriceCurves curves_;
+  std::unordered_map<Hash128, ClassState> classes_;
+  std::unordered_map<BranchId, Branch> branches_;
+  std::deque<BranchId> settled_order_;
+  std::unordered_map<ReservationId, Reservation> reservations_;
+  ReservationId next_reservation_ = 1;
+  int fills_in_flight_ = 0;
+  double kv_reserved_ = 0;
+  double rho_ = 0;
+  double backlog_ = 0;
+  std::uint64_t rng_;
+  AdmissionStats stats_;
+};
+
+}  // namespace dynrt::admission

@@ -1,0 +1,41 @@
+#include "runtime/admission/price.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace dynrt::admission {
+
+namespace {
+double clamp01(double x) {
+  return std::clamp(x, 0.0, 1.0);
+}
+}  // namespace
+
+Prices PriceCurves::at(const LoadView& v) const {
+  const double rho = clamp01(v.rho);
+  const double canonical = rho * p_.decode_slots;  // canonical requests in flight
+  const double fills = clamp01(v.fill) * p_.fill_slots;
+  const double slot_use = std::min((canonical + fills) / p_.decode_slots, p_.max_utilization);
+  const double kv_use = std::min(clamp01(v.kv), p_.max_utilization);
+  const double share = std::max(clamp01(v.kv) * p_.kv_budget, p_.kv_floor);
+  Prices out;
+  out.slot = canonical * p_.slot_stretch / (1.0 - slot_use);
+  // d/dk of kv_scale * k^kv_exponent, at the fills' current share of the pool.
+  const double marginal = p_.kv_scale * p_.kv_exponent * std::pow(share, p_.kv_exponent - 1.0);
+  out.kv = canonical * marginal / (1.0 - kv_use);
+  return out;
+}
+
+double PriceCurves::cost(const LoadView& v, const Footprint& f) const {
+  const Prices b = at(v);
+  return b.slot * f.slot_ms + b.kv * f.kv_share * f.slot_ms;
+}
+
+LoadView PriceCurves::project(const LoadView& v, const Footprint& f) const {
+  LoadView out = v;
+  out.fill = v.fill + 1.0 / p_.fill_slots;
+  out.kv = v.kv + f.kv_share / p_.kv_budget;
+  return out;
+}
+
+}  // namespace dynrt::admission

@@ -1,0 +1,69 @@
+// Price curves: what a fill costs canonical requests at a given load (paper section 3.4).
+//
+// A candidate's footprint R_s = (slot time, KV residency): the milliseconds it would hold a
+// decode slot, and its share of the engine's KV pool times those milliseconds. The price
+// curves beta(V) = (beta_slot, beta_KV) convert it into milliseconds of canonical delay,
+// C_s(V_H) = beta(V_H)^T R_s, summed over the canonical requests it slows.
+//
+// Both curves are initialized from the paper's Figure 5b interference measurements of a
+// fixed-shape 32B request on H200s:
+//   - co-resident fills: 48 fills stretch a canonical request by 53%, so each fill in flight
+//     stretches every co-running canonical request by about 1.1% of the time it runs. (The
+//     figure's 1-3 fills cost +4-6%, a fixed batching overhead on top of that slope; a
+//     per-fill price must be monotone, so the intercept is left out: it underprices the
+//     first fill by about 3% of canonical latency.)
+//   - KV: with 24 fills, growing their share of the KV pool from 3% to 24% raises the stretch
+//     from 11% to 145%; s(k) = 8.51 k^1.24 fits both points. The marginal stretch per unit of
+//     KV share is its derivative, taken at the current share (at least 3%, the smallest
+//     measured).
+// Each is multiplied by the number of canonical requests in flight (rho * decode slots) and
+// by a congestion factor 1 / (1 - u) that steepens the price near capacity (u: decode-slot
+// utilization for the slot price, fill KV-budget occupancy for the KV price, capped at 0.95).
+// Every factor is non-decreasing in every component of V, so both curves are monotone
+// componentwise, which Proposition A.8 needs.
+//
+// Pure.
+#pragma once
+
+#include "runtime/admission/load.hpp"
+
+namespace dynrt::admission {
+
+struct Footprint {
+  double slot_ms = 0;   // decode time the fill would hold a slot for
+  double kv_share = 0;  // its share of the engine's KV pool, in [0, 1]
+};
+
+struct PriceParams {
+  double decode_slots = 64;         // concurrent decode slots of the engine
+  double fill_slots = 16;           // the fill budget: fills in flight at o_fill = 1
+  double kv_budget = 0.25;          // the fill KV budget, as a share of the pool, at o_KV = 1
+  double slot_stretch = 0.53 / 48;  // Fig. 5b: per co-resident fill
+  double kv_scale = 8.51;           // Fig. 5b: s(k) = kv_scale * k ^ kv_exponent
+  double kv_exponent = 1.24;
+  double kv_floor = 0.03;         // smallest KV share Fig. 5b measured
+  double max_utilization = 0.95;  // caps the congestion factor at 20
+};
+
+struct Prices {
+  double slot = 0;  // ms of canonical delay per ms of slot time
+  double kv = 0;    // ms of canonical delay per (KV share x ms)
+};
+
+class PriceCurves {
+ public:
+  explicit PriceCurves(PriceParams params = {}) : p_(params) {}
+
+  Prices at(const LoadView& v) const;
+  // C_s(V) = beta(V)^T R_s, in ms.
+  double cost(const LoadView& v, const Footprint& f) const;
+  // ProjectLoad: the view after admitting a fill with footprint f.
+  LoadView project(const LoadView& v, const Footprint& f) const;
+
+  const PriceParams& params() const { return p_; }
+
+ private:
+  PriceParams p_;
+};
+
+}  // namespace dynrt::admission
