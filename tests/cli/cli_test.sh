@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `dynrt lint` as a process: exit codes, output formats, standard input. Run from the
+# The `dynrt` command as a process: exit codes, output formats, standard input. Run from the
 # repository root with the path of the dynrt binary.
 set -u
 dynrt="$1"
@@ -60,6 +60,13 @@ contains "rule list content" /tmp/dynrt-cli-out.$$ "DT2001  unknown-ref"
 check "schema" 0 "$dynrt" schema
 /usr/bin/python3 -c 'import json,sys; assert json.load(open(sys.argv[1])) == json.load(open("docs/template.schema.json"))' \
   /tmp/dynrt-cli-out.$$ || { echo "FAIL schema output differs from docs/template.schema.json"; fails=$((fails + 1)); }
+
+check "bench admission" 0 "$dynrt" bench admission --snapshots 1000 --seed 1
+contains "oracle-set match line" /tmp/dynrt-cli-out.$$ "oracle-set match: "
+contains "utility line" /tmp/dynrt-cli-out.$$ "utility: "
+check "bench needs a subcommand" 2 "$dynrt" bench
+check "bench admission rejects a bad count" 2 "$dynrt" bench admission --snapshots 0
+check "bench admission rejects crossed bounds" 2 "$dynrt" bench admission --min-candidates 5 --max-candidates 3
 
 rm -f /tmp/dynrt-cli-out.$$ /tmp/dynrt-cli-err.$$
 [ "$fails" = 0 ] && echo "all CLI checks passed" || echo "$fails CLI check(s) failed"

@@ -1,0 +1,386 @@
+// Load-priced admission: each equation on hand-computed cases, the envelope's asymmetry,
+// Proposition A.8's monotonicity, and the exact oracle against brute force.
+#include "runtime/admission/beta.hpp"
+#include "runtime/admission/fill_gate.hpp"
+#include "runtime/admission/load.hpp"
+#include "runtime/admission/oracle.hpp"
+#include "runtime/admission/price.hpp"
+
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace dynrt::admission {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+TimePoint at(double s) {
+  return TimePoint{} + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
+}
+
+LoadView rho(double r) { return LoadView{0, 0, r}; }
+
+// -- Eq. 3: the causal envelope -------------------------------------------------------------
+
+TEST(Envelope, RisingLoadCountsAtOnce) {
+  LoadEnvelope env(seconds(10));
+  env.observe(at(0), rho(0.1));
+  env.observe(at(100), rho(0.1));
+  env.observe(at(100.5), rho(0.9));
+  EXPECT_DOUBLE_EQ(env.envelope(at(100.5)), 0.9);  // max(rho_t, mean): the reading itself
+  EXPECT_NEAR(env.mean(at(100.5)), 0.1, 1e-12);    // the new level has lasted no time yet
+  EXPECT_NEAR(env.mean(at(101)), 0.1 * 0.95 + 0.9 * 0.05, 1e-12);
+}
+
+TEST(Envelope, FallingLoadRelaxesOverOneWindow) {
+  LoadEnvelope env(seconds(10));
+  env.observe(at(0), rho(0.8));
+  env.observe(at(20), rho(0.0));  // the load drops at t = 20
+  EXPECT_NEAR(env.envelope(at(20)), 0.8, 1e-12);
+  EXPECT_NEAR(env.envelope(at(22.5)), 0.8 * 0.75, 1e-12);  // a quarter of the window is idle
+  EXPECT_NEAR(env.envelope(at(25)), 0.4, 1e-12);
+  EXPECT_NEAR(env.envelope(at(29)), 0.08, 1e-12);
+  EXPECT_NEAR(env.envelope(at(30)), 0.0, 1e-12);
+  EXPECT_NEAR(env.envelope(at(60)), 0.0, 1e-12);
+}
+
+TEST(Envelope, AShortHistoryAveragesWhatThereIs) {
+  LoadEnvelope env(seconds(10));
+  EXPECT_EQ(env.envelope(at(0)), 0);
+  env.observe(at(100), rho(0.6));
+  EXPECT_NEAR(env.mean(at(100)), 0.6, 1e-12);
+  env.observe(at(102), rho(0.2));
+  EXPECT_NEAR(env.mean(at(104)), (0.6 * 2 + 0.2 * 2) / 4, 1e-12);
+}
+
+TEST(Envelope, ViewCarriesTheLatestOccupanciesWithTheEnvelopedRho) {
+  LoadEnvelope env(seconds(10));
+  env.observe(at(0), LoadView{0.5, 0.25, 1.0});
+  env.observe(at(1), LoadView{0.75, 0.5, 0.0});
+  const LoadView v = env.view(at(1));
+  EXPECT_EQ(v.fill, 0.75);
+  EXPECT_EQ(v.kv, 0.5);
+  EXPECT_NEAR(v.rho, 1.0, 1e-12);  // all of the short history was at 1.0
+}
+
+// A long, irregular history against a brute-force integral.
+RC_GTEST_PROP(Envelope, MatchesABruteForceIntegral, ()) {
+  const double horizon = *rc::gen::inRange(1, 30);
+  LoadEnvelope env(std::chrono::duration_cast<Duration>(std::chrono::duration<double>(horizon)));
+  std::vector<std::pair<double, double>> samples;
+  double t = 0;
+  const int n = *rc::gen::inRange(1, 60);
+  for (int i = 0; i < n; ++i) {
+    t += *rc::gen::inRange(0, 5000) / 1000.0;
+    const double r = *rc::gen::inRange(0, 1001) / 1000.0;
+    env.observe(at(t), rho(r));
+    if (!samples.empty() && samples.back().first == t) samples.pop_back();
+    samples.emplace_back(t, r);
+  }
+  const double q = t + *rc::gen::inRange(0, 5000) / 1000.0;
+  const double start = std::max(q - horizon, samples.front().first);
+  double area = 0;
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    const double a = std::max(samples[i].first, start);
+    const double b = i + 1 < samples.size() ? std::min(samples[i + 1].first, q) : q;
+    if (b > a) area += samples[i].second * (b - a);
+  }
+  const double expected = q > start ? area / (q - start) : samples.back().second;
+  RC_ASSERT(std::abs(env.mean(at(q)) - expected) < 1e-6);
+  RC_ASSERT(env.envelope(at(q)) >= samples.back().second - 1e-12);
+}
+
+// -- price curves -------------------------------------------------------------------------------
+
+TEST(Prices, ReproduceFigure5bAtItsPoints) {
+  const PriceParams p;
+  EXPECT_NEAR(48 * p.slot_stretch, 0.53, 1e-12);  // 48 co-resident fills: +53%
+  const auto stretch = [&](double k) { return p.kv_scale * std::pow(k, p.kv_exponent); };
+  EXPECT_NEAR(stretch(0.03), 0.11, 0.001);  // KV share 3%: +11%
+  EXPECT_NEAR(stretch(0.24), 1.45, 0.001);  // KV share 24%: +145%
+}
+
+TEST(Prices, HandComputedCase) {
+  const PriceCurves curves;
+  // rho = 0.5 of 64 slots: 32 canonical requests; no fills; no KV reserved.
+  const Prices b = curves.at(LoadView{0, 0, 0.5});
+  const double slot = 32 * (0.53 / 48) / (1 - 0.5);               // 0.706667
+  const double kv = 32 * 8.51 * 1.24 * std::pow(0.03, 0.24) / 1.0;  // derivative at the 3% floor
+  EXPECT_NEAR(b.slot, slot, 1e-9);
+  EXPECT_NEAR(b.kv, kv, 1e-9);
+  EXPECT_NEAR(b.slot, 0.706667, 1e-6);
+  EXPECT_NEAR(b.kv, 145.549, 1e-3);
+  const Footprint f{2000, 0.005};  // 2 s of decode, 0.5% of the KV pool
+  EXPECT_NEAR(curves.cost(LoadView{0, 0, 0.5}, f), slot * 2000 + kv * 0.005 * 2000, 1e-6);
+  // No canonical work, no canonical delay.
+  EXPECT_EQ(curves.cost(LoadView{0.5, 0.5, 0}, f), 0);
+}
+
+TEST(Prices, SteepenNearCapacity) {
+  const PriceCurves curves;
+  const double low = curves.at(LoadView{0, 0, 0.2}).slot / 0.2;
+  const double high = curves.at(LoadView{0, 0, 0.9}).slot / 0.9;
+  EXPECT_GT(high, 5 * low);  // per canonical request, the price grows with congestion
+  EXPECT_NEAR(curves.at(LoadView{0, 0.99, 0.5}).kv / curves.at(LoadView{0, 0.5, 0.5}).kv,
+              (1 - 0.5) / (1 - 0.95) *
+                  std::pow(0.99 * 0.25 / (0.5 * 0.25), 0.24),
+              1e-9);
+}
+
+TEST(Prices, ProjectionAddsOneFillAndItsKv) {
+  const PriceCurves curves;
+  const LoadView v = curves.project(LoadView{0.25, 0.1, 0.4}, Footprint{1000, 0.05});
+  EXPECT_NEAR(v.fill, 0.25 + 1.0 / 16, 1e-12);
+  EXPECT_NEAR(v.kv, 0.1 + 0.05 / 0.25, 1e-12);
+  EXPECT_EQ(v.rho, 0.4);
+}
+
+RC_GTEST_PROP(Prices, AreMonotoneComponentwise, ()) {
+  const PriceCurves curves;
+  const auto unit = [] { return *rc::gen::inRange(0, 1001) / 1000.0; };
+  const LoadView a{unit(), unit(), unit()};
+  LoadView b = a;
+  b.fill = std::min(1.0, a.fill + unit() / 4);
+  b.kv = std::min(1.0, a.kv + unit() / 4);
+  b.rho = std::min(1.0, a.rho + unit() / 4);
+  const Prices pa = curves.at(a);
+  const Prices pb = curves.at(b);
+  RC_ASSERT(pb.slot >= pa.slot - 1e-12);
+  RC_ASSERT(pb.kv >= pa.kv - 1e-12);
+}
+
+// -- Eq. 6 and 7 --------------------------------------------------------------------------------
+
+TEST(FillGate, UtilityIsEquation6) {
+  const PriceCurves curves;
+  const LoadView v{0, 0, 0.5};
+  const PricedCandidate c{0.7, 1500, Footprint{2000, 0.005}};
+  const double cost = curves.cost(v, c.footprint);
+  EXPECT_NEAR(utility(c, v, curves), 0.7 * 1500 - 0.3 * cost, 1e-9);
+}
+
+TEST(FillGate, ThresholdIsEquation7AndRejects0Over0) {
+  EXPECT_NEAR(*threshold(1500, 500), 0.25, 1e-12);
+  EXPECT_EQ(*threshold(0, 500), 1.0);   // no gain: never worth it
+  EXPECT_EQ(*threshold(1500, 0), 0.0);  // no cost: any chance will do
+  EXPECT_FALSE(threshold(0, 0));        // 0/0
+  const PriceCurves curves;
+  const PricedCandidate nothing{0.9, 0, Footprint{1000, 0.01}};
+  EXPECT_EQ(utility(nothing, LoadView{0, 0, 0}, curves), 0);  // and U = 0 is refused:
+  EXPECT_TRUE(sequential_repricing(std::vector{nothing}, LoadView{0, 0, 0}, curves, Budget{4, 1})
+                  .empty());
+}
+
+RC_GTEST_PROP(FillGate, PositiveUtilityExactlyAboveTheThreshold, ()) {
+  const double p = *rc::gen::inRange(0, 1001) / 1000.0;
+  const double g = *rc::gen::inRange(0, 10000);
+  const double c = *rc::gen::inRange(0, 10000);
+  const auto t = threshold(g, c);
+  const double u = p * g - (1 - p) * c;
+  if (!t) {
+    RC_ASSERT(u == 0);
+  } else if (std::abs(p - *t) > 1e-9) {
+    RC_ASSERT((u > 0) == (p > *t));
+  }
+}
+
+// -- sequential repricing (Algorithm 1) -----------------------------------------------------------
+
+TEST(SequentialRepricing, AdmitsByUtilityAndStopsAtTheFirstNonPositiveMaximum) {
+  const PriceCurves curves;
+  const LoadView v{0, 0, 0.3};
+  const std::vector<PricedCandidate> c = {
+      {0.30, 2000, Footprint{2000, 0.01}},
+      {0.80, 2000, Footprint{2000, 0.01}},  // the best: admitted first
+      {0.02, 2000, Footprint{2000, 0.01}},  // never positive
+  };
+  const auto steps = sequential_repricing(c, v, curves, Budget{8, 1});
+  ASSERT_GE(steps.size(), 1u);
+  EXPECT_EQ(steps[0].index, 1u);
+  EXPECT_NEAR(steps[0].utility, utility(c[1], v, curves), 1e-9);
+  for (const Step& s : steps) EXPECT_NE(s.index, 2u);
+}
+
+TEST(SequentialRepricing, HardFeasibilityBinds) {
+  const PriceCurves curves;
+  const std::vector<PricedCandidate> c = {
+      {0.9, 3000, Footprint{500, 0.02}},
+      {0.8, 3000, Footprint{500, 0.02}},
+      {0.7, 3000, Footprint{500, 0.001}},
+  };
+  EXPECT_EQ(sequential_repricing(c, LoadView{}, curves, Budget{1, 1}).size(), 1u);
+  const auto kv_bound = sequential_repricing(c, LoadView{}, curves, Budget{8, 0.025});
+  ASSERT_EQ(kv_bound.size(), 2u);  // the second 2% candidate does not fit after the first
+  EXPECT_EQ(kv_bound[0].index, 0u);
+  EXPECT_EQ(kv_bound[1].index, 2u);
+}
+
+TEST(SequentialRepricing, AFailedReservationRefusesOnlyThatCandidate) {
+  const PriceCurves curves;
+  const std::vector<PricedCandidate> c = {
+      {0.9, 3000, Footprint{500, 0.01}}, {0.8, 3000, Footprint{500, 0.01}}};
+  Hooks hooks;
+  hooks.reserve = [](std::size_t i) { return i != 0; };
+  const auto steps = sequential_repricing(c, LoadView{}, curves, Budget{8, 1}, hooks);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_EQ(steps[0].index, 1u);
+}
+
+TEST(SequentialRepricing, AnAuditAdmitsOneRefusedCandidateThenStops) {
+  const PriceCurves curves;
+  const LoadView v{0.5, 0.5, 0.9};
+  const std::vector<PricedCandidate> c = {
+      {0.05, 1000, Footprint{3000, 0.01}}, {0.04, 1000, Footprint{3000, 0.01}}};
+  ASSERT_TRUE(sequential_repricing(c, v, curves, Budget{8, 1}).empty());
+  int asked = 0;
+  Hooks hooks;
+  hooks.audit = [&] { return ++asked == 1; };
+  const auto steps = sequential_repricing(c, v, curves, Budget{8, 1}, hooks);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_TRUE(steps[0].audit);
+  EXPECT_LE(steps[0].utility, 0);
+  EXPECT_EQ(asked, 1);
+}
+
+struct Snapshot {
+  std::vector<PricedCandidate> candidates;
+  LoadView view;
+  Budget budget;
+};
+
+Snapshot random_snapshot(int max_k) {
+  Snapshot s;
+  const int k = *rc::gen::inRange(1, max_k + 1);
+  const auto unit = [] { return *rc::gen::inRange(0, 1001) / 1000.0; };
+  s.view = LoadView{unit() * 0.8, unit() * 0.8, unit() * 0.95};
+  for (int i = 0; i < k; ++i) {
+    PricedCandidate c;
+    c.p = unit();
+    c.footprint.slot_ms = *rc::gen::inRange(100, 6000);
+    c.footprint.kv_share = *rc::gen::inRange(1, 40) / 1000.0;
+    c.gain_ms = *rc::gen::inRange(0, 6000);
+    s.candidates.push_back(c);
+  }
+  s.budget = Budget{*rc::gen::inRange(1, k + 2), unit() * 0.2};
+  return s;
+}
+
+// Proposition A.8: after an admission, no remaining candidate's utility rises.
+RC_GTEST_PROP(SequentialRepricing, NoRemainingUtilityRisesAfterAnAdmission, ()) {
+  const PriceCurves curves;
+  const Snapshot s = random_snapshot(8);
+  LoadView v = s.view;
+  std::vector<double> before;
+  for (const auto& c : s.candidates) before.push_back(utility(c, v, curves));
+  for (const Step& step : sequential_repricing(s.candidates, s.view, curves, s.budget)) {
+    RC_ASSERT(step.utility > 0);  // every admission is value-positive at reservation
+    v = curves.project(v, s.candidates[step.index].footprint);
+    for (std::size_t i = 0; i < s.candidates.size(); ++i) {
+      const double now = utility(s.candidates[i], v, curves);
+      RC_ASSERT(now <= before[i] + 1e-9);
+      before[i] = now;
+    }
+  }
+}
+
+// -- the exact oracle ---------------------------------------------------------------------------
+
+TEST(Oracle, OrderMattersAndTheOracleFindsTheBestOrder) {
+  const PriceCurves curves;
+  const LoadView v{0, 0, 0.5};
+  const std::vector<PricedCandidate> c = {
+      {0.95, 800, Footprint{800, 0.02}},  // nearly certain: its cost weighs little
+      {0.40, 300, Footprint{300, 0.015}},
+  };
+  const std::vector<std::size_t> ab{0, 1};
+  const std::vector<std::size_t> ba{1, 0};
+  const OracleResult o = exact_oracle(c, v, curves, Budget{8, 1});
+  EXPECT_NEAR(o.best,
+              std::max({0.0, sequence_utility(c, ab, v, curves), sequence_utility(c, ba, v, curves),
+                        utility(c[0], v, curves), utility(c[1], v, curves)}),
+              1e-9);
+  EXPECT_NEAR(sequence_utility(c, o.order, v, curves), o.best, 1e-9);
+}
+
+// The dynamic program against every ordered subset, brute force.
+RC_GTEST_PROP(Oracle, EqualsBruteForceOverOrderedSubsets, ()) {
+  const PriceCurves curves;
+  const Snapshot s = random_snapshot(6);
+  const std::size_t k = s.candidates.size();
+  double best = 0;
+  for (std::uint32_t set = 1; set < (1u << k); ++set) {
+    std::vector<std::size_t> order;
+    double kv = 0;
+    for (std::size_t i = 0; i < k; ++i) {
+      if (set & (1u << i)) {
+        order.push_back(i);
+        kv += s.candidates[i].footprint.kv_share;
+      }
+    }
+    if (static_cast<int>(order.size()) > s.budget.fills || kv > s.budget.kv_share + 1e-12) continue;
+    do {
+      best = std::max(best, sequence_utility(s.candidates, order, s.view, curves));
+    } while (std::next_permutation(order.begin(), order.end()));
+  }
+  const OracleResult o = exact_oracle(s.candidates, s.view, curves, s.budget);
+  RC_ASSERT(std::abs(o.best - best) < 1e-6 * std::max(1.0, best));
+  RC_ASSERT(std::abs(sequence_utility(s.candidates, o.order, s.view, curves) - o.best) <
+            1e-6 * std::max(1.0, best));
+}
+
+// The refinements only ever add utility, and stay within the budgets.
+RC_GTEST_PROP(AdmitFills, NeverWorseThanAlgorithm1AndWithinBudget, ()) {
+  const PriceCurves curves;
+  const Snapshot s = random_snapshot(8);
+  const auto alg1 = sequential_repricing(s.candidates, s.view, curves, s.budget);
+  const auto gate = admit_fills(s.candidates, s.view, curves, s.budget);
+  const auto j = [&](const std::vector<Step>& steps) {
+    std::vector<std::size_t> order;
+    for (const Step& st : steps) order.push_back(st.index);
+    return sequence_utility(s.candidates, order, s.view, curves);
+  };
+  RC_ASSERT(j(gate) >= j(alg1) - 1e-9);
+  RC_ASSERT(static_cast<int>(gate.size()) <= s.budget.fills);
+  double kv = 0;
+  for (const Step& st : gate) kv += s.candidates[st.index].footprint.kv_share;
+  RC_ASSERT(kv <= s.budget.kv_share + 1e-12);
+  const OracleResult o = exact_oracle(s.candidates, s.view, curves, s.budget);
+  RC_ASSERT(j(gate) <= o.best + 1e-6 * std::max(1.0, o.best));
+}
+
+// -- Beta posteriors ------------------------------------------------------------------------------
+
+TEST(Beta, QuantilesOfKnownDistributions) {
+  const BetaPosterior uniform{1, 1};
+  const BetaPosterior rising{2, 1};  // F(x) = x^2
+  const BetaPosterior falling{1, 2};
+  EXPECT_NEAR(uniform.quantile(0.9), 0.9, 1e-9);
+  EXPECT_NEAR(rising.quantile(0.81), 0.9, 1e-9);
+  EXPECT_NEAR(falling.quantile(0.19), 1 - std::sqrt(0.81), 1e-9);
+  EXPECT_NEAR((BetaPosterior{3, 7}.mean()), 0.3, 1e-12);
+}
+
+TEST(Beta, RankSelectionIsOptimisticThenConcentrates) {
+  RankSelection sel;
+  EXPECT_EQ(sel.upper(0), 0.5);  // nothing resolved: the prior mean
+  for (int i = 0; i < 200; ++i) {
+    sel.observe(0, i % 10 != 0);  // rank 0 is selected 90% of the time
+    sel.observe(1, i % 10 == 0);
+    sel.next_branch();
+  }
+  EXPECT_NEAR(sel.level(), 0.99, 1e-12);
+  EXPECT_GT(sel.upper(0), 0.9);   // above the empirical rate: optimistic
+  EXPECT_LT(sel.upper(0), 0.96);  // but concentrated
+  EXPECT_LT(sel.upper(1), 0.2);
+  EXPECT_NEAR(sel.upper(7), 0.99, 1e-9);  // never observed: the uniform prior's 0.99 quantile
+  EXPECT_EQ(&sel.posterior(40), &sel.posterior(RankSelection::kRanks - 1));
+}
+
+}  // namespace
+}  // namespace dynrt::admission
