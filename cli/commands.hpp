@@ -14,7 +14,8 @@ inline constexpr int kExitFindings = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitInternal = 3;
 
-// Adds `lint` and `schema` to `app`; `run` is set to the chosen command's body.
-void add_lint_commands(CLI::App& app, std::function<int()>& run);
+// Each adds its subcommands to `app`; `run` is set to the chosen command's body.
+void add_lint_commands(CLI::App& app, std::function<int()>& run);  // lint, schema
+void add_bench_commands(CLI::App& app, std::function<int()>& run);  // bench
 
 }  // namespace dynrt::cli

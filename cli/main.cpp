@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::function<int()> run;
   dynrt::cli::add_lint_commands(app, run);
+  dynrt::cli::add_bench_commands(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
