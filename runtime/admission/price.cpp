@@ -18,11 +18,11 @@ Prices PriceCurves::at(const LoadView& v) const {
   const double slot_use = std::min((canonical + fills) / p_.decode_slots, p_.max_utilization);
   const double kv_use = std::min(clamp01(v.kv), p_.max_utilization);
   const double share = std::max(clamp01(v.kv) * p_.kv_budget, p_.kv_floor);
+  const InterferenceModel& m = p_.interference;
   Prices out;
-  out.slot = canonical * p_.slot_stretch / (1.0 - slot_use);
-  // d/dk of kv_scale * k^kv_exponent, at the fills' current share of the pool.
-  const double marginal = p_.kv_scale * p_.kv_exponent * std::pow(share, p_.kv_exponent - 1.0);
-  out.kv = canonical * marginal / (1.0 - kv_use);
+  // Per fill: its own stretch, plus the one-off sharing overhead spread over the fill budget.
+  out.slot = canonical * (m.per_request + m.sharing_overhead / p_.fill_slots) / (1.0 - slot_use);
+  out.kv = canonical * m.kv_marginal(share) / (1.0 - kv_use);
   return out;
 }
 

@@ -5,17 +5,14 @@
 // curves beta(V) = (beta_slot, beta_KV) convert it into milliseconds of canonical delay,
 // C_s(V_H) = beta(V_H)^T R_s, summed over the canonical requests it slows.
 //
-// Both curves are initialized from the paper's Figure 5b interference measurements of a
-// fixed-shape 32B request on H200s:
-//   - co-resident fills: 48 fills stretch a canonical request by 53%, so each fill in flight
-//     stretches every co-running canonical request by about 1.1% of the time it runs. (The
-//     figure's 1-3 fills cost +4-6%, a fixed batching overhead on top of that slope; a
-//     per-fill price must be monotone, so the intercept is left out: it underprices the
-//     first fill by about 3% of canonical latency.)
-//   - KV: with 24 fills, growing their share of the KV pool from 3% to 24% raises the stretch
-//     from 11% to 145%; s(k) = 8.51 k^1.24 fits both points. The marginal stretch per unit of
-//     KV share is its derivative, taken at the current share (at least 3%, the smallest
-//     measured).
+// Both curves come from the interference model fitted to the paper's Figure 5b
+// (runtime/interference.hpp), the same model the simulated engine runs:
+//   - slots: each co-resident request stretches every co-running canonical request by
+//     a = 0.025%, plus a one-off 4.5% once anything shares its batch; a per-fill price must be
+//     monotone, so that one-off overhead is spread over the fill budget (4.5% / 16 per fill);
+//   - KV: the stretch grows as 12.3 k^1.52 with the fills' share k of the KV pool; its
+//     derivative, at the current share (at least 3%, the smallest measured), is the price of a
+//     unit of KV share.
 // Each is multiplied by the number of canonical requests in flight (rho * decode slots) and
 // by a congestion factor 1 / (1 - u) that steepens the price near capacity (u: decode-slot
 // utilization for the slot price, fill KV-budget occupancy for the KV price, capped at 0.95).
@@ -26,6 +23,7 @@
 #pragma once
 
 #include "runtime/admission/load.hpp"
+#include "runtime/interference.hpp"
 
 namespace dynrt::admission {
 
@@ -35,12 +33,10 @@ struct Footprint {
 };
 
 struct PriceParams {
-  double decode_slots = 64;         // concurrent decode slots of the engine
-  double fill_slots = 16;           // the fill budget: fills in flight at o_fill = 1
-  double kv_budget = 0.25;          // the fill KV budget, as a share of the pool, at o_KV = 1
-  double slot_stretch = 0.53 / 48;  // Fig. 5b: per co-resident fill
-  double kv_scale = 8.51;           // Fig. 5b: s(k) = kv_scale * k ^ kv_exponent
-  double kv_exponent = 1.24;
+  double decode_slots = 64;       // concurrent decode slots of the engine
+  double fill_slots = 16;         // the fill budget: fills in flight at o_fill = 1
+  double kv_budget = 0.25;        // the fill KV budget, as a share of the pool, at o_KV = 1
+  InterferenceModel interference;  // Fig. 5b
   double kv_floor = 0.03;         // smallest KV share Fig. 5b measured
   double max_utilization = 0.95;  // caps the congestion factor at 20
 };

@@ -98,24 +98,27 @@ RC_GTEST_PROP(Envelope, MatchesABruteForceIntegral, ()) {
 
 // -- price curves -------------------------------------------------------------------------------
 
-TEST(Prices, ReproduceFigure5bAtItsPoints) {
-  const PriceParams p;
-  EXPECT_NEAR(48 * p.slot_stretch, 0.53, 1e-12);  // 48 co-resident fills: +53%
-  const auto stretch = [&](double k) { return p.kv_scale * std::pow(k, p.kv_exponent); };
-  EXPECT_NEAR(stretch(0.03), 0.11, 0.001);  // KV share 3%: +11%
-  EXPECT_NEAR(stretch(0.24), 1.45, 0.001);  // KV share 24%: +145%
+TEST(Prices, ComeFromTheFigure5bInterferenceModel) {
+  const InterferenceModel m;
+  const double w = 0.00244;  // the count sweep's per-fill KV share, from the joint fit
+  EXPECT_NEAR(m.stretch(1, w), 0.04, 0.01);        // 1 fill: +4%..6%
+  EXPECT_NEAR(m.stretch(3, 3 * w), 0.06, 0.01);    // 3 fills: +4%..6%
+  EXPECT_NEAR(m.stretch(48, 48 * w), 0.53, 0.01);  // 48 fills: +53%
+  EXPECT_NEAR(m.stretch(24, 0.03), 0.11, 0.01);    // KV share 3%: +11%
+  EXPECT_NEAR(m.stretch(24, 0.24), 1.45, 0.01);    // KV share 24%: +145%
+  EXPECT_EQ(m.stretch(0, 0), 0);
 }
 
 TEST(Prices, HandComputedCase) {
   const PriceCurves curves;
   // rho = 0.5 of 64 slots: 32 canonical requests; no fills; no KV reserved.
   const Prices b = curves.at(LoadView{0, 0, 0.5});
-  const double slot = 32 * (0.53 / 48) / (1 - 0.5);               // 0.706667
-  const double kv = 32 * 8.51 * 1.24 * std::pow(0.03, 0.24) / 1.0;  // derivative at the 3% floor
+  const double slot = 32 * (0.00025 + 0.045 / 16) / (1 - 0.5);
+  const double kv = 32 * 12.3 * 1.52 * std::pow(0.03, 0.52) / 1.0;  // derivative at the 3% floor
   EXPECT_NEAR(b.slot, slot, 1e-9);
   EXPECT_NEAR(b.kv, kv, 1e-9);
-  EXPECT_NEAR(b.slot, 0.706667, 1e-6);
-  EXPECT_NEAR(b.kv, 145.549, 1e-3);
+  EXPECT_NEAR(b.slot, 0.196000, 1e-6);
+  EXPECT_NEAR(b.kv, 96.605, 1e-3);
   const Footprint f{2000, 0.005};  // 2 s of decode, 0.5% of the KV pool
   EXPECT_NEAR(curves.cost(LoadView{0, 0, 0.5}, f), slot * 2000 + kv * 0.005 * 2000, 1e-6);
   // No canonical work, no canonical delay.
@@ -128,8 +131,7 @@ TEST(Prices, SteepenNearCapacity) {
   const double high = curves.at(LoadView{0, 0, 0.9}).slot / 0.9;
   EXPECT_GT(high, 5 * low);  // per canonical request, the price grows with congestion
   EXPECT_NEAR(curves.at(LoadView{0, 0.99, 0.5}).kv / curves.at(LoadView{0, 0.5, 0.5}).kv,
-              (1 - 0.5) / (1 - 0.95) *
-                  std::pow(0.99 * 0.25 / (0.5 * 0.25), 0.24),
+              (1 - 0.5) / (1 - 0.95) * std::pow(0.99 * 0.25 / (0.5 * 0.25), 0.52),
               1e-9);
 }
 
