@@ -1,0 +1,120 @@
+// The Engine interface: where dynrt sends canonical requests and speculative fills.
+//
+// An engine accepts a request (the exact JSON body for an OpenAI-compatible endpoint, a
+// priority and whether it is canonical or a fill) and answers through a ResponseSink: for a
+// streamed request (`"stream": true` in the body) zero or more chunks, each the JSON payload of
+// one SSE `data:` line; then exactly one terminal call, either on_complete() with the whole
+// response (for a streamed request, assembled from its chunks) and its token usage and finish
+// reason, or on_error(). cancel() aborts an in-flight request: the engine releases its slot
+// and KV and the sink receives on_error(cancelled), unless the request had already finished.
+// load() returns the latest load snapshot without blocking.
+//
+// Threading: submit(), cancel() and load() may be called from any thread and never block on
+// the engine's work. Sink callbacks run on the engine's own thread, one request's callbacks
+// in order; a sink must not block, and must not call back into the engine synchronously from
+// on_chunk (posting to an actor's mailbox is the intended use). Engines know nothing of CAF.
+#pragma once
+
+#include "runtime/clock.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace dynrt::engines {
+
+enum class RequestKind {
+  canonical,  ///< a demand from a harness: someone is waiting for it
+  fill,       ///< speculative work: run at fill priority, may be cancelled
+};
+
+struct EngineRequest {
+  std::string endpoint = "/v1/chat/completions";  // or "/v1/completions"
+  nlohmann::json body;                            // the exact body sent to the engine
+  RequestKind kind = RequestKind::canonical;
+  int priority = 0;  // lower is served first (vLLM's convention); fills use a higher value
+  std::string id;    // the caller's request id: logs, and SGLang's abort by rid
+};
+
+struct Usage {
+  std::int64_t prompt_tokens = 0;
+  std::int64_t completion_tokens = 0;
+  friend bool operator==(const Usage&, const Usage&) = default;
+};
+
+struct EngineResult {
+  int status = 200;
+  std::string body;  // the complete JSON response
+  Usage usage;
+  std::string finish_reason;  // "stop", "length", ... (of the first choice)
+  Duration engine_time{0};    // time the engine spent on it (simulated time for sim)
+};
+
+enum class ErrorKind {
+  refused,             ///< the connection was refused or could not be established
+  connect_timeout,     ///< connecting took longer than the connect timeout
+  first_byte_timeout,  ///< no response byte within the first-byte timeout
+  idle_timeout,        ///< the response stalled between chunks longer than the idle timeout
+  total_timeout,       ///< the whole exchange took longer than the total timeout
+  http_status,         ///< the engine answered with an error status (status and body kept)
+  malformed,           ///< the response is not valid JSON, or not a completion
+  truncated,           ///< the stream or the body ended early (no [DONE], reset mid-stream)
+  cancelled,           ///< cancel() was called
+  rejected,            ///< the engine refused the request itself (bad request, over limits)
+  internal,            ///< a bug or an unexpected condition inside the adapter
+};
+
+std::string_view to_string(ErrorKind kind);
+
+struct EngineError {
+  ErrorKind kind = ErrorKind::internal;
+  int status = 0;    // the engine's HTTP status, when it sent one
+  std::string body;  // the engine's error body, when it sent one
+  std::string message;
+};
+
+class ResponseSink {
+ public:
+  virtual ~ResponseSink() = default;
+  // One SSE data payload (a chat.completion.chunk or text_completion JSON text).
+  virtual void on_chunk(std::string_view data) = 0;
+  virtual void on_complete(EngineResult result) = 0;
+  virtual void on_error(EngineError error) = 0;
+};
+
+// A snapshot of the engine's load. Capacities the engine does not export come from
+// configuration; `valid` is false until the first successful reading.
+struct LoadSnapshot {
+  int slots_busy = 0;
+  int slots_total = 0;
+  double kv_used = 0;  // tokens (sim) or a fraction of kv_total (engines that export one)
+  double kv_total = 0;
+  int queued = 0;
+  TimePoint at{};
+  bool valid = false;
+
+  double slot_occupancy() const {
+    return slots_total > 0 ? static_cast<double>(slots_busy) / slots_total : 0;
+  }
+  double kv_occupancy() const { return kv_total > 0 ? kv_used / kv_total : 0; }
+};
+
+using RequestHandle = std::uint64_t;  // 0 is never a valid handle
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual RequestHandle submit(EngineRequest request, std::shared_ptr<ResponseSink> sink) = 0;
+  // Idempotent; unknown and finished handles are ignored.
+  virtual void cancel(RequestHandle handle) = 0;
+  virtual LoadSnapshot load() const = 0;
+  virtual std::string name() const = 0;
+};
+
+// Reads "stream": true from a request body.
+bool wants_stream(const nlohmann::json& body);
+
+}  // namespace dynrt::engines

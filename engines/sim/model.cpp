@@ -1,0 +1,255 @@
+#include "engines/sim/model.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace dynrt::engines::sim {
+
+namespace {
+
+Duration ms(double v) {
+  return std::chrono::duration_cast<Duration>(std::chrono::duration<double, std::milli>(v));
+}
+
+}  // namespace
+
+SimModel::SimModel(SimParams params, Script script)
+    : params_(std::move(params)), script_(std::move(script)) {}
+
+void SimModel::submit(RequestHandle handle, EngineRequest request, SimTime now) {
+  now = std::max(now, now_);
+  ++counters_.submitted;
+  auto fail = [&](ErrorKind kind, std::string message) {
+    ++counters_.rejected;
+    SimEvent e;
+    e.type = SimEvent::Type::error;
+    e.handle = handle;
+    e.error = EngineError{kind, 400, {}, std::move(message)};
+    e.at = now;
+    pending_errors_.push_back(std::move(e));
+  };
+  if (request.endpoint != "/v1/chat/completions" && request.endpoint != "/v1/completions") {
+    return fail(ErrorKind::rejected,
+                "the simulated engine serves /v1/chat/completions and "
+                "/v1/completions, not " +
+                    request.endpoint);
+  }
+  auto gen = generate(request.endpoint, request.body, script_, params_.text);
+  if (!gen) return fail(ErrorKind::rejected, gen.error().message);
+  Req r;
+  r.handle = handle;
+  r.gen = std::move(*gen);
+  r.meta = response_meta(request.endpoint, request.body);
+  r.stream = wants_stream(request.body);
+  r.kv_need = r.gen.prompt_tokens + static_cast<std::int64_t>(r.gen.tokens.size());
+  if (r.kv_need > params_.kv_tokens) {
+    return fail(ErrorKind::rejected, "the request needs " + std::to_string(r.kv_need) +
+                                         " KV tokens, more than the engine's " +
+                                         std::to_string(params_.kv_tokens));
+  }
+  r.seq = next_seq_++;
+  r.request = std::move(request);
+  queue_.emplace(QueueKey{r.request.priority, r.seq}, handle);
+  requests_.emplace(handle, std::move(r));
+}
+
+void SimModel::release(Req& r, SimTime now) {
+  if (r.phase == Phase::queued) return;
+  --slots_busy_;
+  kv_reserved_ -= r.kv_need;
+  kv_in_use_ -= r.gen.prompt_tokens + static_cast<std::int64_t>(r.generated);
+  counters_.busy += now - r.admitted;
+  decoding_.erase(r.handle);
+  std::erase(joining_, r.handle);
+  if (r.phase == Phase::prefill) {
+    for (auto [it, end] = prefills_.equal_range(r.prefill_done); it != end; ++it) {
+      if (it->second == r.handle) {
+        prefills_.erase(it);
+        break;
+      }
+    }
+  }
+}
+
+void SimModel::cancel(RequestHandle handle, SimTime now) {
+  now = std::max(now, now_);
+  const auto it = requests_.find(handle);
+  if (it == requests_.end()) return;
+  Req& r = it->second;
+  if (r.phase == Phase::queued) {
+    queue_.erase(QueueKey{r.request.priority, r.seq});
+  } else {
+    release(r, now);
+    counters_.wasted += now - r.admitted;
+  }
+  ++counters_.cancelled;
+  SimEvent e;
+  e.type = SimEvent::Type::error;
+  e.handle = handle;
+  e.error = EngineError{ErrorKind::cancelled, 0, {}, "cancelled"};
+  e.at = now;
+  pending_errors_.push_back(std::move(e));
+  requests_.erase(it);
+  if (decoding_.empty() && step_end_) {  // the step lost its last request: the next starts now
+    step_end_.reset();
+    decoding_.insert(joining_.begin(), joining_.end());
+    joining_.clear();
+  }
+}
+
+Duration SimModel::step_duration() const {
+  const double n = static_cast<double>(decoding_.size());
+  const double kv = static_cast<double>(kv_in_use_) / static_cast<double>(params_.kv_tokens);
+  return ms(params_.decode_step_ms * (1.0 + params_.interference.stretch(n - 1.0, kv)));
+}
+
+std::optional<SimTime> SimModel::next_event() const {
+  std::optional<SimTime> t;
+  auto earliest = [&](SimTime c) { t = t ? std::min(*t, c) : c; };
+  if (!pending_errors_.empty()) earliest(now_);
+  if (!queue_.empty()) {
+    const Req& head = requests_.at(queue_.begin()->second);
+    if (slots_busy_ < params_.slots && kv_reserved_ + head.kv_need <= params_.kv_tokens) {
+      earliest(now_);
+    }
+  }
+  if (!prefills_.empty()) earliest(prefills_.begin()->first);
+  if (step_end_) earliest(*step_end_);
+  return t;
+}
+
+void SimModel::emit_chunks(Req& r, SimTime now, bool final, std::vector<SimEvent>& events) {
+  if (!r.stream) return;
+  auto push = [&](std::string data) {
+    SimEvent e;
+    e.type = SimEvent::Type::chunk;
+    e.handle = r.handle;
+    e.data = std::move(data);
+    e.at = now;
+    events.push_back(std::move(e));
+  };
+  const std::size_t ready = r.generated - r.streamed;
+  if (ready > 0 &&
+      (final || ready >= static_cast<std::size_t>(params_.chunk_tokens) || r.streamed == 0)) {
+    if (r.streamed == 0 && r.meta.chat) push(role_chunk(r.meta));
+    std::string text;
+    for (std::size_t i = r.streamed; i < r.generated; ++i)
+      text += r.gen.tokens[i];
+    push(text_chunk(r.meta, text));
+    r.streamed = r.generated;
+  }
+  if (final) {
+    if (r.streamed == 0 && r.meta.chat) push(role_chunk(r.meta));
+    push(final_chunk(r.meta, r.gen.finish_reason));
+    if (r.meta.include_usage) {
+      push(usage_chunk(r.meta,
+                       Usage{r.gen.prompt_tokens, static_cast<std::int64_t>(r.gen.tokens.size())}));
+    }
+  }
+}
+
+void SimModel::finish(Req& r, SimTime now, std::vector<SimEvent>& events) {
+  emit_chunks(r, now, /*final=*/true, events);
+  SimEvent e;
+  e.type = SimEvent::Type::complete;
+  e.handle = r.handle;
+  e.result.status = 200;
+  e.result.body = full_response(r.meta, r.gen);
+  e.result.usage = Usage{r.gen.prompt_tokens, static_cast<std::int64_t>(r.gen.tokens.size())};
+  e.result.finish_reason = r.gen.finish_reason;
+  e.result.engine_time = now - r.admitted;
+  e.at = now;
+  events.push_back(std::move(e));
+  ++counters_.completed;
+  counters_.prompt_tokens += static_cast<std::uint64_t>(r.gen.prompt_tokens);
+  release(r, now);
+}
+
+// Admits from the head of the queue while the head fits: priority, then arrival, with no
+// overtaking (a large head request waits for room rather than starving).
+void SimModel::admit(SimTime now, std::vector<SimEvent>& events) {
+  while (!queue_.empty()) {
+    const RequestHandle h = queue_.begin()->second;
+    Req& r = requests_.at(h);
+    if (slots_busy_ >= params_.slots || kv_reserved_ + r.kv_need > params_.kv_tokens) break;
+    queue_.erase(queue_.begin());
+    ++slots_busy_;
+    kv_reserved_ += r.kv_need;
+    kv_in_use_ += r.gen.prompt_tokens;
+    r.phase = Phase::prefill;
+    r.admitted = now;
+    r.prefill_done =
+        now + ms(params_.prefill_base_ms +
+                 params_.prefill_ms_per_token * static_cast<double>(r.gen.prompt_tokens));
+    prefills_.emplace(r.prefill_done, h);
+  }
+  (void)events;
+}
+
+void SimModel::advance(SimTime until, std::vector<SimEvent>& events) {
+  while (true) {
+    const std::optional<SimTime> t = next_event();
+    if (!t || *t > until) break;
+    now_ = std::max(now_, *t);
+    // 1. errors reported at submission or cancellation
+    for (auto& e : pending_errors_)
+      events.push_back(std::move(e));
+    pending_errors_.clear();
+    // 2. the decode step that ends now: one token for every request in it
+    if (step_end_ && *step_end_ <= now_) {
+      step_end_.reset();
+      ++counters_.steps;
+      std::vector<RequestHandle> done;
+      for (const RequestHandle h : decoding_) {
+        Req& r = requests_.at(h);
+        ++r.generated;
+        ++kv_in_use_;
+        ++counters_.generated_tokens;
+        if (r.generated >= r.gen.tokens.size()) {
+          done.push_back(h);
+        } else {
+          emit_chunks(r, now_, false, events);
+        }
+      }
+      for (const RequestHandle h : done) {
+        finish(requests_.at(h), now_, events);
+        requests_.erase(h);
+      }
+      decoding_.insert(joining_.begin(), joining_.end());
+      joining_.clear();
+    }
+    // 3. prefills that end now: they join the running step's successor
+    while (!prefills_.empty() && prefills_.begin()->first <= now_) {
+      const RequestHandle h = prefills_.begin()->second;
+      prefills_.erase(prefills_.begin());
+      Req& r = requests_.at(h);
+      r.phase = Phase::decode;
+      if (r.gen.tokens.empty()) {  // max_tokens 0: done once the prompt is in
+        finish(r, now_, events);
+        requests_.erase(h);
+      } else if (step_end_) {
+        joining_.push_back(h);
+      } else {
+        decoding_.insert(h);
+      }
+    }
+    // 4. admissions, now that slots and KV may have been freed
+    admit(now_, events);
+    // 5. the next decode step
+    if (!step_end_ && !decoding_.empty()) step_end_ = now_ + step_duration();
+  }
+  now_ = std::max(now_, until);
+}
+
+LoadSnapshot SimModel::load() const {
+  LoadSnapshot s;
+  s.slots_busy = slots_busy_;
+  s.slots_total = params_.slots;
+  s.kv_used = static_cast<double>(kv_in_use_);
+  s.kv_total = static_cast<double>(params_.kv_tokens);
+  s.queued = static_cast<int>(queue_.size());
+  s.valid = true;
+  return s;
+}
+
+}  // namespace dynrt::engines::sim

@@ -1,0 +1,139 @@
+// The simulated engine's timing model: a continuous-batching server in simulated time.
+//
+// The model is deterministic and has no threads or clock of its own: the caller submits and
+// cancels at simulated times and advances time, and the model returns the events that happened
+// (chunks, completions, errors) in order. SimEngine (engines/sim/engine.hpp) drives it on a
+// thread against the real clock scaled.
+//
+// The model, and its constants (SimParams):
+//   - Capacity: `slots` decode slots and a KV pool of `kv_tokens`. A request is admitted when a
+//     slot is free and the pool can hold its prompt and its whole output (the simulator knows
+//     the output length, so it reserves it up front and never preempts); otherwise it waits,
+//     queued by priority (lower first), then arrival.
+//   - Prefill: `prefill_base_ms + prefill_ms_per_token * prompt tokens` after admission.
+//   - Decode: every request past its prefill advances one token per decode step. A step lasts
+//     decode_step_ms * (1 + s(n - 1, k)), where n is the batch, k the share of the KV pool its
+//     requests hold, and s the stretch fitted to the paper's Figure 5b
+//     (runtime/interference.hpp): co-resident requests and, above all, their KV slow every
+//     step. Defaults: 64 slots, 600,000 KV tokens, 25 ms per step (40 tokens/s for a lone
+//     request), prefill 10 ms + 0.05 ms per prompt token.
+//   - Streaming: a chunk every `chunk_tokens` tokens (and the role chunk at the first token).
+//   - Cancellation frees the slot and the KV at once.
+// Counters: busy time (slot time of every admitted request) and wasted time (the slot time of
+// requests cancelled after admission). Single-threaded.
+#pragma once
+
+#include "engines/engine.hpp"
+#include "engines/sim/text.hpp"
+#include "runtime/interference.hpp"
+
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+#include <vector>
+
+namespace dynrt::engines::sim {
+
+using SimTime = Duration;  // since the simulation started
+
+struct SimParams {
+  int slots = 64;
+  std::int64_t kv_tokens = 600'000;
+  double prefill_base_ms = 10;
+  double prefill_ms_per_token = 0.05;
+  double decode_step_ms = 25;
+  int chunk_tokens = 4;
+  InterferenceModel interference;
+  TextParams text;
+};
+
+struct SimEvent {
+  enum class Type { chunk, complete, error };
+  Type type = Type::chunk;
+  RequestHandle handle = 0;
+  std::string data;     // chunk
+  EngineResult result;  // complete
+  EngineError error;    // error
+  SimTime at{0};
+};
+
+struct SimCounters {
+  std::uint64_t submitted = 0;
+  std::uint64_t completed = 0;
+  std::uint64_t cancelled = 0;
+  std::uint64_t rejected = 0;
+  std::uint64_t prompt_tokens = 0;
+  std::uint64_t generated_tokens = 0;
+  std::uint64_t steps = 0;
+  Duration busy{0};    // slot time of admitted requests
+  Duration wasted{0};  // slot time of requests cancelled after admission
+};
+
+class SimModel {
+ public:
+  explicit SimModel(SimParams params = {}, Script script = {});
+
+  // Queues a request at simulated time `now` (not before the last advance). A request the
+  // model cannot serve (bad body, larger than the KV pool) produces an error event at `now`.
+  void submit(RequestHandle handle, EngineRequest request, SimTime now);
+  // Frees the request's slot and KV at once; an error event (cancelled) follows.
+  void cancel(RequestHandle handle, SimTime now);
+
+  // The time of the next event, if any work is pending.
+  std::optional<SimTime> next_event() const;
+  // Processes everything up to and including `until`, appending events in time order.
+  void advance(SimTime until, std::vector<SimEvent>& events);
+
+  LoadSnapshot load() const;
+  const SimCounters& counters() const { return counters_; }
+  const SimParams& params() const { return params_; }
+  SimTime now() const { return now_; }
+  std::size_t in_flight() const { return requests_.size(); }
+
+ private:
+  enum class Phase { queued, prefill, decode };
+  struct Req {
+    RequestHandle handle = 0;
+    EngineRequest request;
+    Generation gen;
+    ResponseMeta meta;
+    bool stream = false;
+    Phase phase = Phase::queued;
+    std::int64_t kv_need = 0;
+    std::uint64_t seq = 0;  // arrival order
+    SimTime admitted{0};
+    SimTime prefill_done{0};
+    std::size_t generated = 0;
+    std::size_t streamed = 0;  // tokens already sent in chunks
+  };
+  struct QueueKey {
+    int priority;
+    std::uint64_t seq;
+    auto operator<=>(const QueueKey&) const = default;
+  };
+
+  void admit(SimTime now, std::vector<SimEvent>& events);
+  void finish(Req& r, SimTime now, std::vector<SimEvent>& events);
+  void emit_chunks(Req& r, SimTime now, bool final, std::vector<SimEvent>& events);
+  void release(Req& r, SimTime now);
+  Duration step_duration() const;
+
+  SimParams params_;
+  Script script_;
+  SimTime now_{0};
+  std::map<RequestHandle, Req> requests_;
+  std::map<QueueKey, RequestHandle> queue_;
+  std::set<RequestHandle> decoding_;    // in the current decode step
+  std::vector<RequestHandle> joining_;  // prefilled during a step: they join the next one
+  std::multimap<SimTime, RequestHandle> prefills_;  // by the time their prefill ends
+  std::vector<SimEvent> pending_errors_;  // rejections and cancellations, reported on advance
+  int slots_busy_ = 0;
+  std::int64_t kv_reserved_ = 0;
+  std::int64_t kv_in_use_ = 0;       // prompts and tokens generated so far, of admitted requests
+  std::optional<SimTime> step_end_;  // the current decode step
+  std::uint64_t next_seq_ = 0;
+  SimCounters counters_;
+};
+
+}  // namespace dynrt::engines::sim

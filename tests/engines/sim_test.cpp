@@ -1,0 +1,363 @@
+// The simulated engine: its timing model in simulated time (batching, queueing, interference,
+// KV limits, cancellation), the determinism of its outputs, and the threaded engine.
+#include "engines/sim/engine.hpp"
+#include "engines/sim/model.hpp"
+
+#include <gtest/gtest.h>
+
+#include <future>
+
+namespace dynrt::engines::sim {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+SimTime at_ms(double v) {
+  return std::chrono::duration_cast<Duration>(std::chrono::duration<double, std::milli>(v));
+}
+double in_ms(Duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+EngineRequest chat(const std::string& content, int max_tokens = 20, bool stream = false,
+                   RequestKind kind = RequestKind::canonical, int priority = 0) {
+  EngineRequest r;
+  r.body = {{"model", "m"},
+            {"messages", json::array({{{"role", "user"}, {"content", content}}})},
+            {"max_tokens", max_tokens},
+            {"temperature", 0}};
+  if (stream) r.body["stream"] = true;
+  r.kind = kind;
+  r.priority = priority;
+  return r;
+}
+
+struct Sim {
+  SimModel model;
+  std::vector<SimEvent> events;
+  explicit Sim(SimParams p = {}, Script s = {}) : model(std::move(p), std::move(s)) {}
+  void until(double ms) { model.advance(at_ms(ms), events); }
+  void all() {
+    while (auto t = model.next_event())
+      model.advance(*t, events);
+  }
+  const SimEvent* completion(RequestHandle h) const {
+    for (const auto& e : events) {
+      if (e.handle == h && e.type != SimEvent::Type::chunk) return &e;
+    }
+    return nullptr;
+  }
+  double done_ms(RequestHandle h) const { return in_ms(completion(h)->at); }
+};
+
+// The request's generation, as the model would produce it.
+Generation gen_of(const EngineRequest& r, const SimParams& p = {}) {
+  return *generate(r.endpoint, r.body, Script{}, p.text);
+}
+
+TEST(SimModel, ALoneRequestTakesPrefillThenOneStepPerToken) {
+  SimParams p;
+  Sim run(p);
+  const EngineRequest req = chat("hello", 10);
+  const Generation g = gen_of(req);
+  ASSERT_EQ(g.tokens.size(), 10u);  // the pseudo-text is longer than max_tokens
+  run.model.submit(1, req, at_ms(0));
+  run.all();
+  ASSERT_NE(run.completion(1), nullptr);
+  const EngineResult& r = run.completion(1)->result;
+  EXPECT_EQ(r.finish_reason, "length");
+  EXPECT_EQ(r.usage.completion_tokens, 10);
+  EXPECT_EQ(r.usage.prompt_tokens, g.prompt_tokens);
+  // Alone, a step is 25 ms stretched only by the request's own (tiny) KV share.
+  const double prefill = 10 + 0.05 * static_cast<double>(g.prompt_tokens);
+  double t = prefill;
+  for (int i = 0; i < 10; ++i) {
+    const double kv = static_cast<double>(g.prompt_tokens + i) / 600000.0;
+    t += 25 * (1 + InterferenceModel{}.stretch(0, kv));
+  }
+  EXPECT_NEAR(run.done_ms(1), t, 1e-3);
+  EXPECT_NEAR(in_ms(r.engine_time), t, 1e-3);
+}
+
+TEST(SimModel, ABatchSharesStepsAndEachStepIsStretched) {
+  Sim alone;
+  alone.model.submit(1, chat("a", 20), at_ms(0));
+  alone.all();
+  Sim pair;
+  pair.model.submit(1, chat("a", 20), at_ms(0));
+  pair.model.submit(2, chat("b", 20), at_ms(0));
+  pair.all();
+  // Both finish; each is slower than alone by about the 4.5% sharing overhead.
+  const double ratio = pair.done_ms(1) / alone.done_ms(1);
+  EXPECT_GT(ratio, 1.03);
+  EXPECT_LT(ratio, 1.06);
+  EXPECT_EQ(pair.model.counters().steps, 20u);  // one step per token, shared
+}
+
+TEST(SimModel, RequestsQueueForSlots) {
+  SimParams p;
+  p.slots = 1;
+  Sim run(p);
+  run.model.submit(1, chat("first", 5), at_ms(0));
+  run.model.submit(2, chat("second", 5), at_ms(0));
+  run.until(1);
+  EXPECT_EQ(run.model.load().slots_busy, 1);
+  EXPECT_EQ(run.model.load().queued, 1);
+  run.all();
+  const double first = run.done_ms(1);
+  const double second_engine = in_ms(run.completion(2)->result.engine_time);
+  EXPECT_NEAR(run.done_ms(2), first + second_engine, 1e-6);  // admitted when the first left
+}
+
+TEST(SimModel, RequestsQueueForKvAndOversizedOnesAreRejected) {
+  SimParams p;
+  const EngineRequest big = chat(std::string(4000, 'x'), 100);
+  const Generation g = gen_of(big);
+  p.kv_tokens = g.prompt_tokens + 100 + 50;  // room for one such request, not two
+  Sim run(p);
+  run.model.submit(1, big, at_ms(0));
+  run.model.submit(2, chat(std::string(4000, 'y'), 100), at_ms(0));
+  run.until(1);
+  EXPECT_EQ(run.model.load().slots_busy, 1);
+  EXPECT_EQ(run.model.load().queued, 1);
+  run.all();
+  EXPECT_GT(run.done_ms(2), run.done_ms(1));
+
+  SimParams tiny;
+  tiny.kv_tokens = 100;
+  Sim small(tiny);
+  small.model.submit(1, big, at_ms(0));
+  small.all();
+  ASSERT_NE(small.completion(1), nullptr);
+  EXPECT_EQ(small.completion(1)->type, SimEvent::Type::error);
+  EXPECT_EQ(small.completion(1)->error.kind, ErrorKind::rejected);
+}
+
+// Figure 5b in the engine: a canonical request decoding beside 48 fills that hold 0.244% of
+// the KV pool each is about 53% slower per token than alone.
+TEST(SimModel, InterferenceFollowsFigure5b) {
+  std::string long_answer;
+  for (int i = 0; i < 400; ++i)
+    long_answer += i ? " word" : "word";
+  auto decode_ms = [&](int fills) {
+    SimParams p;
+    p.kv_tokens = 1'000'000;
+    Script script;
+    script.add_contains("FILL", long_answer);  // fills outlive the canonical request
+    Sim run(p, script);
+    for (int i = 0; i < fills; ++i) {
+      // About 2,230 prompt tokens each, and about 100 generated over the canonical's decode:
+      // 0.244% of the pool per fill, the count sweep's share.
+      run.model.submit(100 + i,
+                       chat("FILL " + std::to_string(i) + std::string(8900, 'a'), 400, false,
+                            RequestKind::fill, 10),
+                       at_ms(0));
+    }
+    const EngineRequest canonical = chat("canonical", 200);
+    run.model.submit(1, canonical, at_ms(300));  // once the fills are decoding
+    run.all();
+    const double prefill = 10 + 0.05 * static_cast<double>(gen_of(canonical).prompt_tokens);
+    return run.done_ms(1) - 300 - prefill;
+  };
+  const double alone = decode_ms(0);
+  EXPECT_NEAR(decode_ms(48) / alone, 1.53, 0.04);  // 48 co-resident fills: +53%
+  EXPECT_NEAR(decode_ms(1) / alone, 1.05, 0.01);   // 1 fill: +4-6%
+  EXPECT_NEAR(decode_ms(3) / alone, 1.06, 0.01);   // 3 fills: +4-6%
+}
+
+// Long answers for requests whose last message contains "LONG".
+Script long_script() {
+  std::string answer;
+  for (int i = 0; i < 400; ++i)
+    answer += i ? " word" : "word";
+  Script s;
+  s.add_contains("LONG", answer);
+  return s;
+}
+
+TEST(SimModel, CancellationFreesTheSlotAndKvAtOnce) {
+  SimParams p;
+  p.slots = 1;
+  Sim run(p, long_script());
+  run.model.submit(1, chat("LONG fill", 200, false, RequestKind::fill, 10), at_ms(0));
+  run.model.submit(2, chat("waiting", 5, false, RequestKind::fill, 10), at_ms(1));
+  run.until(500);
+  EXPECT_EQ(run.model.load().slots_busy, 1);
+  EXPECT_EQ(run.model.load().queued, 1);
+  EXPECT_GT(run.model.load().kv_used, 0);
+  run.model.cancel(1, at_ms(500));
+  EXPECT_EQ(run.model.load().kv_used, 0);  // freed at once, before time moves
+  EXPECT_EQ(run.model.load().slots_busy, 0);
+  run.until(500);
+  ASSERT_NE(run.completion(1), nullptr);
+  EXPECT_EQ(run.completion(1)->error.kind, ErrorKind::cancelled);
+  EXPECT_EQ(run.model.load().slots_busy, 1);  // the queued request took the slot at 500 ms
+  run.all();
+  EXPECT_NEAR(in_ms(run.model.counters().wasted), 500, 1e-6);
+  EXPECT_EQ(run.model.counters().cancelled, 1u);
+  EXPECT_EQ(run.model.counters().completed, 1u);
+  run.model.cancel(1, at_ms(600));  // unknown now: ignored
+  EXPECT_EQ(run.model.counters().cancelled, 1u);
+}
+
+TEST(SimModel, LowerPriorityValuesAreAdmittedFirst) {
+  SimParams p;
+  p.slots = 1;
+  Sim run(p);
+  run.model.submit(1, chat("busy", 5), at_ms(0));
+  run.model.submit(2, chat("fill", 5, false, RequestKind::fill, 10), at_ms(1));
+  run.model.submit(3, chat("canonical", 5), at_ms(2));
+  run.all();
+  EXPECT_LT(run.done_ms(3), run.done_ms(2));
+}
+
+TEST(SimOutput, IsDeterministicAndContentDependent) {
+  const EngineRequest a = chat("what is the weather", 50);
+  Sim one;
+  one.model.submit(1, a, at_ms(0));
+  one.all();
+  Sim two;
+  two.model.submit(7, a, at_ms(123));
+  two.all();
+  EXPECT_EQ(one.completion(1)->result.body, two.completion(7)->result.body);
+  EXPECT_NE(gen_of(a).tokens, gen_of(chat("what is the weather?", 50)).tokens);
+  // Output-neutral fields do not change the answer.
+  EngineRequest b = a;
+  b.body["user"] = "someone";
+  EXPECT_EQ(gen_of(a).tokens, gen_of(b).tokens);
+}
+
+TEST(SimOutput, ScriptsAnswerExactRequestsAndNeedles) {
+  const EngineRequest routed = chat("route: rain in Oslo?", 50);
+  const auto script = Script::parse(std::string(R"({"request": )") + routed.body.dump() +
+                                    R"(, "response": "HANDLER: weather"}
+# a comment
+{"contains": "Oslo", "response": "Oslo is in Norway"})");
+  ASSERT_TRUE(script.ok()) << script.error().message;
+  EXPECT_EQ(script->size(), 2u);
+  auto text = [&](const EngineRequest& r) {
+    const Generation g = *generate(r.endpoint, r.body, *script, {});
+    std::string t;
+    for (const auto& tok : g.tokens)
+      t += tok;
+    return t;
+  };
+  EXPECT_EQ(text(routed), "HANDLER: weather");
+  EXPECT_EQ(text(chat("tell me about Oslo", 50)), "Oslo is in Norway");
+  EXPECT_FALSE(Script::parse("{\"response\": 1}").ok());
+  EXPECT_FALSE(Script::parse("not json").ok());
+}
+
+TEST(SimOutput, StopSequencesAndMaxTokens) {
+  Script s;
+  s.add_contains("x", "alpha beta gamma delta");
+  EngineRequest r = chat("x", 100);
+  r.body["stop"] = " gamma";
+  const Generation g = *generate(r.endpoint, r.body, s, {});
+  EXPECT_EQ(g.tokens, (std::vector<std::string>{"alpha", " beta"}));
+  EXPECT_EQ(g.finish_reason, "stop");
+  const Generation cut = *generate(r.endpoint, chat("x", 3).body, s, {});
+  EXPECT_EQ(cut.tokens.size(), 3u);
+  EXPECT_EQ(cut.finish_reason, "length");
+  EXPECT_FALSE(generate(r.endpoint, json{{"model", "m"}}, s, {}).ok());
+  EngineRequest many = chat("x", 5);
+  many.body["n"] = 2;
+  EXPECT_FALSE(generate(many.endpoint, many.body, s, {}).ok());
+}
+
+TEST(SimStream, ChunksReassembleTheResponse) {
+  SimParams p;
+  p.chunk_tokens = 3;
+  Sim run(p);
+  EngineRequest r = chat("stream me", 10, /*stream=*/true);
+  r.body["stream_options"] = {{"include_usage", true}};
+  run.model.submit(1, r, at_ms(0));
+  run.all();
+  std::string text;
+  std::vector<json> chunks;
+  for (const auto& e : run.events) {
+    if (e.type == SimEvent::Type::chunk) chunks.push_back(json::parse(e.data));
+  }
+  ASSERT_GE(chunks.size(), 5u);
+  EXPECT_EQ(chunks.front()["choices"][0]["delta"]["role"], "assistant");
+  for (const auto& c : chunks) {
+    if (!c["choices"].empty() && c["choices"][0]["delta"].contains("content")) {
+      text += c["choices"][0]["delta"]["content"].get<std::string>();
+    }
+  }
+  const json full = json::parse(run.completion(1)->result.body);
+  EXPECT_EQ(text, full["choices"][0]["message"]["content"]);
+  const json& last = chunks.back();
+  EXPECT_TRUE(last["choices"].empty());
+  EXPECT_EQ(last["usage"]["completion_tokens"], 10);
+  EXPECT_EQ(chunks[chunks.size() - 2]["choices"][0]["finish_reason"], "length");
+}
+
+// -- the threaded engine ------------------------------------------------------------------------
+
+struct Collect : ResponseSink {
+  std::vector<std::string> chunks;
+  std::promise<std::variant<EngineResult, EngineError>> done;
+  void on_chunk(std::string_view d) override { chunks.emplace_back(d); }
+  void on_complete(EngineResult r) override { done.set_value(std::move(r)); }
+  void on_error(EngineError e) override { done.set_value(std::move(e)); }
+};
+
+TEST(SimEngine, AtTimeScaleZeroItRunsAsFastAsItCan) {
+  SimEngineOptions o;
+  o.time_scale = 0;
+  SimEngine engine({}, long_script(), o);
+  std::vector<std::shared_ptr<Collect>> sinks;
+  std::vector<std::future<std::variant<EngineResult, EngineError>>> futures;
+  for (int i = 0; i < 50; ++i) {
+    auto s = std::make_shared<Collect>();
+    futures.push_back(s->done.get_future());
+    engine.submit(chat("LONG q" + std::to_string(i), 30, i % 2 == 0), s);
+    sinks.push_back(s);
+  }
+  for (auto& f : futures) {
+    const auto v = f.get();
+    ASSERT_TRUE(std::holds_alternative<EngineResult>(v));
+    EXPECT_EQ(std::get<EngineResult>(v).usage.completion_tokens, 30);
+  }
+  engine.drain();
+  EXPECT_EQ(engine.counters().completed, 50u);
+  EXPECT_EQ(engine.load().slots_busy, 0);
+  EXPECT_GT(engine.simulated_now(), milliseconds(500));  // simulated time passed, not real
+  EXPECT_FALSE(sinks[0]->chunks.empty());
+  EXPECT_TRUE(sinks[1]->chunks.empty());
+}
+
+TEST(SimEngine, CancelReleasesTheSlotAndReportsCancelled) {
+  SimEngineOptions o;
+  o.time_scale = 1e12;  // simulated time stands still: nothing finishes on its own
+  SimEngine engine({}, {}, o);
+  auto s = std::make_shared<Collect>();
+  auto f = s->done.get_future();
+  const RequestHandle h = engine.submit(chat("x", 50), s);
+  engine.cancel(h);
+  const auto v = f.get();
+  ASSERT_TRUE(std::holds_alternative<EngineError>(v));
+  EXPECT_EQ(std::get<EngineError>(v).kind, ErrorKind::cancelled);
+  EXPECT_EQ(engine.load().slots_busy, 0);
+  EXPECT_EQ(engine.load().kv_used, 0);
+  engine.cancel(h);  // idempotent
+}
+
+TEST(SimEngine, PendingRequestsAreErroredWhenTheEngineStops) {
+  SimEngineOptions o;
+  o.time_scale = 1e12;
+  auto s = std::make_shared<Collect>();
+  auto f = s->done.get_future();
+  {
+    SimEngine engine({}, {}, o);
+    engine.submit(chat("x", 50), s);
+  }
+  const auto v = f.get();
+  ASSERT_TRUE(std::holds_alternative<EngineError>(v));
+  EXPECT_EQ(std::get<EngineError>(v).kind, ErrorKind::internal);
+}
+
+}  // namespace
+}  // namespace dynrt::engines::sim
