@@ -1,0 +1,89 @@
+// HTTP transfers on libcurl's multi interface, driven by one dedicated thread.
+//
+// CurlLoop owns a curl multi handle and the thread that runs it; start() and cancel() may be
+// called from any thread: they queue a command and wake the loop with curl_multi_wakeup, so
+// nothing the caller does ever waits on the network. Connections are reused across transfers
+// (the multi handle's connection cache). Every transfer has its own deadlines, enforced by the
+// loop itself: connect, first byte (of the response headers), idle (between received bytes)
+// and total; a zero deadline is none. The handler's callbacks run on the loop thread, one
+// transfer's in order, and exactly one on_done() ends every started transfer: on success, on a
+// transport error, on a deadline, on cancel(), or when the loop stops.
+#pragma once
+
+#include "runtime/clock.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace dynrt::engines {
+
+struct HttpCall {
+  std::string method = "POST";  // POST or GET
+  std::string url;
+  std::string body;
+  std::vector<std::string> headers;  // "Name: value"
+  Duration connect_timeout{0};
+  Duration first_byte_timeout{0};
+  Duration idle_timeout{0};
+  Duration total_timeout{0};
+  std::size_t max_response_bytes = std::size_t{64} << 20;
+};
+
+struct HttpOutcome {
+  enum class Kind {
+    ok,                  ///< the response arrived complete
+    refused,             ///< no connection (refused, unreachable, unresolvable)
+    connect_timeout,     ///< connecting took longer than the connect deadline
+    first_byte_timeout,  ///< no response byte before the first-byte deadline
+    idle_timeout,        ///< the response stalled longer than the idle deadline
+    total_timeout,       ///< the transfer outlived its total deadline
+    transport,           ///< the connection broke mid-transfer (reset, truncated body)
+    aborted,             ///< the handler's on_data() returned false
+    too_large,           ///< the response exceeded max_response_bytes
+    cancelled,           ///< cancel() was called, or the loop stopped
+  };
+  Kind kind = Kind::ok;
+  int status = 0;  // the HTTP status, once the headers arrived
+  std::string message;
+};
+
+class HttpHandler {
+ public:
+  virtual ~HttpHandler() = default;
+  // The response headers are complete.
+  virtual void on_status(int /*status*/) {}
+  // A piece of the response body; false aborts the transfer (outcome: aborted).
+  virtual bool on_data(std::string_view bytes) = 0;
+  virtual void on_done(const HttpOutcome& outcome) = 0;
+};
+
+class CurlLoop {
+ public:
+  using CallId = std::uint64_t;
+
+  explicit CurlLoop(long max_connections = 256);
+  // Stops the thread; unfinished transfers end with on_done(cancelled).
+  ~CurlLoop();
+  CurlLoop(const CurlLoop&) = delete;
+  CurlLoop& operator=(const CurlLoop&) = delete;
+
+  CallId start(HttpCall call, std::shared_ptr<HttpHandler> handler);
+  void cancel(CallId id);
+  // Runs `task` on the loop thread every `period`, first after one period.
+  void every(Duration period, std::function<void()> task);
+  // Stops the thread (unfinished transfers end with on_done(cancelled)); idempotent. Owners
+  // whose periodic tasks use the loop call it before tearing the loop down.
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dynrt::engines
