@@ -1,0 +1,359 @@
+#include "engines/openai/engine.hpp"
+
+#include "engines/openai/sse.hpp"
+
+#include <algorithm>
+
+namespace dynrt::engines {
+
+namespace {
+
+using nlohmann::json;
+using ordered_json = nlohmann::ordered_json;
+
+constexpr std::size_t kErrorBodyLimit = 64 << 10;  // keep this much of an engine's error body
+
+ErrorKind error_kind(HttpOutcome::Kind k) {
+  switch (k) {
+    case HttpOutcome::Kind::refused:
+      return ErrorKind::refused;
+    case HttpOutcome::Kind::connect_timeout:
+      return ErrorKind::connect_timeout;
+    case HttpOutcome::Kind::first_byte_timeout:
+      return ErrorKind::first_byte_timeout;
+    case HttpOutcome::Kind::idle_timeout:
+      return ErrorKind::idle_timeout;
+    case HttpOutcome::Kind::total_timeout:
+      return ErrorKind::total_timeout;
+    case HttpOutcome::Kind::transport:
+      return ErrorKind::truncated;
+    case HttpOutcome::Kind::aborted:
+      return ErrorKind::malformed;
+    case HttpOutcome::Kind::too_large:
+      return ErrorKind::malformed;
+    case HttpOutcome::Kind::cancelled:
+      return ErrorKind::cancelled;
+    case HttpOutcome::Kind::ok:
+      break;
+  }
+  return ErrorKind::internal;
+}
+
+Usage usage_of(const json& j) {
+  Usage u;
+  if (j.is_object()) {
+    if (j.contains("prompt_tokens") && j["prompt_tokens"].is_number_integer()) {
+      u.prompt_tokens = j["prompt_tokens"].get<std::int64_t>();
+    }
+    if (j.contains("completion_tokens") && j["completion_tokens"].is_number_integer()) {
+      u.completion_tokens = j["completion_tokens"].get<std::int64_t>();
+    }
+  }
+  return u;
+}
+
+std::string first_finish_reason(const json& j) {
+  if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
+    const json& c = j["choices"][0];
+    if (c.is_object() && c.contains("finish_reason") && c["finish_reason"].is_string()) {
+      return c["finish_reason"].get<std::string>();
+    }
+  }
+  return {};
+}
+
+class Ignore final : public HttpHandler {
+ public:
+  bool on_data(std::string_view) override { return true; }
+  void on_done(const HttpOutcome&) override {}
+};
+
+}  // namespace
+
+// One request's transfer: parses what arrives and reports to the sink.
+class OpenAiEngine::Transfer final : public HttpHandler {
+ public:
+  Transfer(OpenAiEngine* engine, RequestHandle handle, std::shared_ptr<ResponseSink> sink,
+           bool stream, bool chat)
+      : engine_(engine), handle_(handle), sink_(std::move(sink)), stream_(stream), chat_(chat) {}
+
+  void on_status(int status) override { status_ = status; }
+
+  bool on_data(std::string_view bytes) override {
+    if (status_ != 200) {  // an error body: keep the start of it for the caller
+      const std::size_t room = kErrorBodyLimit - std::min(kErrorBodyLimit, body_.size());
+      body_.append(bytes.substr(0, room));
+      return true;
+    }
+    if (!stream_) {
+      body_.append(bytes);
+      return true;
+    }
+    events_.clear();
+    sse_.feed(bytes, events_);
+    for (std::string& data : events_) {
+      if (done_) continue;  // nothing counts after [DONE]
+      if (data == "[DONE]") {
+        done_ = true;
+        continue;
+      }
+      json chunk = json::parse(data, nullptr, false);
+      if (!chunk.is_object()) {
+        problem_ = "a streamed chunk is not a JSON object: " + data.substr(0, 200);
+        return false;
+      }
+      absorb(chunk);
+      sink_->on_chunk(data);
+    }
+    return true;
+  }
+
+  void on_done(const HttpOutcome& outcome) override {
+    engine_->forget(handle_);
+    if (outcome.kind != HttpOutcome::Kind::ok) {
+      EngineError e;
+      e.kind = error_kind(outcome.kind);
+      e.status = outcome.status;
+      e.message = problem_.empty() ? outcome.message : problem_;
+      if (outcome.kind == HttpOutcome::Kind::transport && stream_) {
+        e.message = "the stream broke before [DONE]: " + outcome.message;
+      }
+      sink_->on_error(std::move(e));
+      return;
+    }
+    if (status_ != 200) {
+      sink_->on_error(EngineError{ErrorKind::http_status, status_, std::move(body_),
+                                  "the engine answered HTTP " + std::to_string(status_)});
+      return;
+    }
+    EngineResult r;
+    r.status = 200;
+    if (stream_) {
+      if (!done_) {
+        sink_->on_error(
+            EngineError{ErrorKind::truncated, status_, {}, "the stream ended without [DONE]"});
+        return;
+      }
+      r.body = assembled();
+      r.usage = usage_;
+      r.finish_reason = finish_reason_;
+    } else {
+      const json j = json::parse(body_, nullptr, false);
+      if (!j.is_object() || !j.contains("choices")) {
+        sink_->on_error(EngineError{ErrorKind::malformed, status_, body_.substr(0, kErrorBodyLimit),
+                                    "the response is not a completion JSON object"});
+        return;
+      }
+      r.usage = usage_of(j.value("usage", json()));
+      r.finish_reason = first_finish_reason(j);
+      r.body = std::move(body_);
+    }
+    sink_->on_complete(std::move(r));
+  }
+
+ private:
+  void absorb(const json& chunk) {
+    if (id_.empty() && chunk.contains("id") && chunk["id"].is_string()) id_ = chunk["id"];
+    if (model_.empty() && chunk.contains("model") && chunk["model"].is_string()) {
+      model_ = chunk["model"];
+    }
+    if (chunk.contains("created") && chunk["created"].is_number_integer()) {
+      created_ = chunk["created"].get<std::int64_t>();
+    }
+    if (chunk.contains("usage") && chunk["usage"].is_object()) usage_ = usage_of(chunk["usage"]);
+    if (chunk.contains("choices") && chunk["choices"].is_array() && !chunk["choices"].empty()) {
+      const json& c = chunk["choices"][0];
+      if (!c.is_object()) return;
+      if (chat_ && c.contains("delta") && c["delta"].is_object()) {
+        const json& d = c["delta"];
+        if (d.contains("content") && d["content"].is_string())
+          content_ += d["content"].get<std::string>();
+      } else if (!chat_ && c.contains("text") && c["text"].is_string()) {
+        content_ += c["text"].get<std::string>();
+      }
+      if (c.contains("finish_reason") && c["finish_reason"].is_string()) {
+        finish_reason_ = c["finish_reason"];
+      }
+    }
+  }
+
+  std::string assembled() const {
+    ordered_json j;
+    j["id"] = id_;
+    j["object"] = chat_ ? "chat.completion" : "text_completion";
+    j["created"] = created_;
+    j["model"] = model_;
+    ordered_json choice;
+    choice["index"] = 0;
+    if (chat_) {
+      choice["message"] = ordered_json{{"role", "assistant"}, {"content", content_}};
+    } else {
+      choice["text"] = content_;
+    }
+    choice["finish_reason"] =
+        finish_reason_.empty() ? ordered_json(nullptr) : ordered_json(finish_reason_);
+    j["choices"] = ordered_json::array({choice});
+    j["usage"] = ordered_json{{"prompt_tokens", usage_.prompt_tokens},
+                              {"completion_tokens", usage_.completion_tokens},
+                              {"total_tokens", usage_.prompt_tokens + usage_.completion_tokens}};
+    return j.dump();
+  }
+
+  OpenAiEngine* engine_;
+  RequestHandle handle_;
+  std::shared_ptr<ResponseSink> sink_;
+  bool stream_;
+  bool chat_;
+  int status_ = 0;
+  std::string body_;
+  SseParser sse_;
+  std::vector<std::string> events_;
+  bool done_ = false;
+  std::string problem_;
+  std::string id_;
+  std::string model_;
+  std::int64_t created_ = 0;
+  std::string content_;
+  std::string finish_reason_;
+  Usage usage_;
+};
+
+// One scrape of /metrics.
+class OpenAiEngine::Scrape final : public HttpHandler {
+ public:
+  explicit Scrape(OpenAiEngine* engine) : engine_(engine) {}
+  void on_status(int status) override { status_ = status; }
+  bool on_data(std::string_view bytes) override {
+    body_.append(bytes);
+    return true;
+  }
+  void on_done(const HttpOutcome& outcome) override {
+    if (outcome.kind == HttpOutcome::Kind::ok && status_ == 200) engine_->update_load(body_);
+    engine_->scraping_ = false;
+  }
+
+ private:
+  OpenAiEngine* engine_;
+  int status_ = 0;
+  std::string body_;
+};
+
+OpenAiEngine::OpenAiEngine(OpenAiOptions options)
+    : options_(std::move(options)), loop_(std::make_unique<CurlLoop>(options_.max_connections)) {
+  load_.slots_total = options_.max_num_seqs;
+  if (options_.scrape_interval > Duration::zero()) {
+    loop_->every(options_.scrape_interval, [this] { scrape(); });
+  }
+}
+
+// The loop's thread runs scrape(), which uses loop_: stop the thread before loop_ goes.
+OpenAiEngine::~OpenAiEngine() {
+  loop_->stop();
+}
+
+RequestHandle OpenAiEngine::submit(EngineRequest request, std::shared_ptr<ResponseSink> sink) {
+  const RequestHandle handle = next_handle_++;
+  const bool stream = wants_stream(request.body);
+  const bool chat = request.endpoint != "/v1/completions";
+  if (request.id.empty()) request.id = "dynrt-" + std::to_string(handle);
+  if (flavor() == EngineFlavor::sglang && request.body.is_object()) {
+    // SGLang aborts by rid: add ours, or abort by the caller's own when it set one.
+    const auto rid = request.body.find("rid");
+    if (rid == request.body.end()) {
+      request.body["rid"] = request.id;
+    } else if (rid->is_string()) {
+      request.id = rid->get<std::string>();
+    }
+  }
+  HttpCall call;
+  call.url = options_.base_url + request.endpoint;
+  call.body = request.body.dump(-1, ' ', false, json::error_handler_t::replace);
+  call.headers = {"Content-Type: application/json",
+                  stream ? "Accept: text/event-stream" : "Accept: application/json"};
+  if (!options_.api_key.empty())
+    call.headers.push_back("Authorization: Bearer " + options_.api_key);
+  call.connect_timeout = options_.connect_timeout;
+  call.first_byte_timeout = options_.first_byte_timeout;
+  call.idle_timeout = options_.idle_timeout;
+  call.total_timeout = options_.total_timeout;
+  call.max_response_bytes = options_.max_response_bytes;
+  auto transfer = std::make_shared<Transfer>(this, handle, std::move(sink), stream, chat);
+  std::lock_guard lock(mutex_);  // held across start() so a fast on_done finds the entry
+  const CurlLoop::CallId id = loop_->start(std::move(call), std::move(transfer));
+  in_flight_.emplace(handle, std::make_pair(id, request.id));
+  return handle;
+}
+
+void OpenAiEngine::forget(RequestHandle handle) {
+  std::lock_guard lock(mutex_);
+  in_flight_.erase(handle);
+}
+
+void OpenAiEngine::cancel(RequestHandle handle) {
+  std::pair<CurlLoop::CallId, std::string> entry;
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = in_flight_.find(handle);
+    if (it == in_flight_.end()) return;
+    entry = it->second;
+  }
+  loop_->cancel(entry.first);
+  if (flavor() == EngineFlavor::sglang) {
+    HttpCall abort;
+    abort.url = options_.base_url + "/abort_request";
+    abort.body = json{{"rid", entry.second}}.dump();
+    abort.headers = {"Content-Type: application/json"};
+    abort.connect_timeout = options_.connect_timeout;
+    abort.total_timeout = std::chrono::seconds(10);
+    loop_->start(std::move(abort), std::make_shared<Ignore>());
+  }
+}
+
+LoadSnapshot OpenAiEngine::load() const {
+  std::lock_guard lock(mutex_);
+  return load_;
+}
+
+EngineFlavor OpenAiEngine::flavor() const {
+  if (options_.flavor != EngineFlavor::automatic) return options_.flavor;
+  std::lock_guard lock(mutex_);
+  return detected_;
+}
+
+void OpenAiEngine::scrape() {
+  if (scraping_.exchange(true)) return;  // the last scrape is still out
+  HttpCall call;
+  call.method = "GET";
+  call.url = options_.base_url + "/metrics";
+  call.connect_timeout = options_.connect_timeout;
+  call.total_timeout = std::max(options_.scrape_interval * 4, Duration(std::chrono::seconds(2)));
+  call.max_response_bytes = 16 << 20;
+  loop_->start(std::move(call), std::make_shared<Scrape>(this));
+}
+
+void OpenAiEngine::update_load(const std::string& metrics_text) {
+  const auto samples = parse_prometheus(metrics_text);
+  const EngineFlavor flavor =
+      options_.flavor != EngineFlavor::automatic ? options_.flavor : detect_flavor(samples);
+  LoadSnapshot s = load_from_metrics(samples, flavor, options_.max_num_seqs);
+  s.at = std::chrono::time_point_cast<Duration>(std::chrono::steady_clock::now());
+  {
+    std::lock_guard lock(mutex_);
+    if (flavor != EngineFlavor::generic) detected_ = flavor;
+    if (s.valid) load_ = s;
+    ++scrapes_;
+  }
+  scraped_.notify_all();
+}
+
+std::uint64_t OpenAiEngine::scrapes() const {
+  std::lock_guard lock(mutex_);
+  return scrapes_;
+}
+
+bool OpenAiEngine::await_scrapes(std::uint64_t count, Duration timeout) const {
+  std::unique_lock lock(mutex_);
+  return scraped_.wait_for(lock, timeout, [&] { return scrapes_ >= count; });
+}
+
+}  // namespace dynrt::engines

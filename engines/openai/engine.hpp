@@ -1,0 +1,87 @@
+// `openai`: any OpenAI-compatible server (vLLM, SGLang, llama.cpp server, ...).
+//
+// Requests go to {base_url}{endpoint} over libcurl's multi interface on one dedicated thread
+// (engines/http/curl_loop.hpp), with connection reuse. A streamed request (`"stream": true`)
+// is parsed incrementally as server-sent events: every `data:` payload reaches the sink as a
+// chunk as soon as it arrives, `[DONE]` ends it, and the usage chunk of
+// `stream_options.include_usage` is read when present; on_complete() then carries a response
+// assembled from the chunks. A non-streamed response is validated as JSON and passed on whole.
+//
+// Errors are specific: refused connections, each deadline (connect, first byte, idle between
+// chunks, total), HTTP error statuses with the engine's status and body kept, bodies that are
+// not JSON, streams that end without [DONE] or break mid-way. cancel() aborts the transfer:
+// vLLM and SGLang abort a request whose client disconnects, and for SGLang the adapter also
+// posts /abort_request with the request's rid (which it adds to the body as `rid`).
+//
+// Load comes from the engine's Prometheus /metrics, scraped every `scrape_interval` on the
+// same thread (engines/openai/prometheus.hpp); decode-slot capacity, which no engine exports,
+// comes from `max_num_seqs`.
+#pragma once
+
+#include "engines/engine.hpp"
+#include "engines/http/curl_loop.hpp"
+#include "engines/openai/prometheus.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace dynrt::engines {
+
+struct OpenAiOptions {
+  std::string base_url = "http://127.0.0.1:8000";  // without /v1
+  EngineFlavor flavor = EngineFlavor::automatic;   // from the metrics, when automatic
+  std::string api_key;                             // sent as a bearer token when set
+  int max_num_seqs = 256;                          // decode slots (vLLM's --max-num-seqs)
+  Duration connect_timeout = std::chrono::seconds(5);
+  Duration first_byte_timeout = std::chrono::seconds(120);
+  Duration idle_timeout = std::chrono::seconds(60);
+  Duration total_timeout = std::chrono::minutes(30);
+  Duration scrape_interval = std::chrono::milliseconds(500);  // 0: no scraping
+  std::size_t max_response_bytes = std::size_t{64} << 20;
+  long max_connections = 256;
+  std::string name = "openai";
+};
+
+class OpenAiEngine final : public Engine {
+ public:
+  explicit OpenAiEngine(OpenAiOptions options);
+  ~OpenAiEngine() override;
+
+  RequestHandle submit(EngineRequest request, std::shared_ptr<ResponseSink> sink) override;
+  void cancel(RequestHandle handle) override;
+  LoadSnapshot load() const override;
+  std::string name() const override { return options_.name; }
+
+  EngineFlavor flavor() const;  // as configured, or as detected from the metrics
+  // Completed scrapes of /metrics so far, and a wait for more (for tests and for callers that
+  // need a reading taken after some event).
+  std::uint64_t scrapes() const;
+  bool await_scrapes(std::uint64_t count, Duration timeout) const;
+
+ private:
+  class Transfer;
+  class Scrape;
+  friend class Transfer;
+  friend class Scrape;
+  void forget(RequestHandle handle);
+  void scrape();
+  void update_load(const std::string& metrics_text);
+
+  const OpenAiOptions options_;
+  mutable std::mutex mutex_;
+  std::unordered_map<RequestHandle, std::pair<CurlLoop::CallId, std::string>> in_flight_;
+  LoadSnapshot load_;
+  std::uint64_t scrapes_ = 0;
+  mutable std::condition_variable scraped_;
+  EngineFlavor detected_ = EngineFlavor::automatic;
+  std::atomic<RequestHandle> next_handle_{1};
+  std::atomic<bool> scraping_{false};
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  std::unique_ptr<CurlLoop> loop_;  // last: stopped first, before the state above goes
+};
+
+}  // namespace dynrt::engines

@@ -1,0 +1,109 @@
+// The wire formats the openai adapter reads: server-sent events and Prometheus metrics.
+#include "engines/openai/prometheus.hpp"
+#include "engines/openai/sse.hpp"
+
+#include <gtest/gtest.h>
+
+namespace dynrt::engines {
+namespace {
+
+std::vector<std::string> feed_all(const std::vector<std::string>& pieces, SseParser& p) {
+  std::vector<std::string> events;
+  for (const auto& piece : pieces)
+    p.feed(piece, events);
+  return events;
+}
+
+TEST(Sse, EventsEndAtBlankLinesWhateverTheLineEndings) {
+  SseParser p;
+  const auto events = feed_all({"data: {\"a\":1}\n\n", "data: two\r\n\r\n", "data: three\r\r",
+                                "data:four\n\n", ": a comment\n\n", "event: x\ndata: five\n\n"},
+                               p);
+  EXPECT_EQ(events, (std::vector<std::string>{"{\"a\":1}", "two", "three", "four", "five"}));
+  EXPECT_FALSE(p.has_partial_event());
+}
+
+TEST(Sse, SplitAnywhereIncludingInsideCrLf) {
+  const std::string stream =
+      "data: first\r\n\r\ndata: sec\r\ndata: ond\r\n\r\ndata: [DONE]\r\n\r\n";
+  for (std::size_t cut = 0; cut <= stream.size(); ++cut) {
+    SseParser p;
+    const auto events = feed_all({stream.substr(0, cut), stream.substr(cut)}, p);
+    EXPECT_EQ(events, (std::vector<std::string>{"first", "sec\nond", "[DONE]"})) << cut;
+  }
+  SseParser bytewise;
+  std::vector<std::string> pieces;
+  for (const char c : stream)
+    pieces.emplace_back(1, c);
+  EXPECT_EQ(feed_all(pieces, bytewise).size(), 3u);
+}
+
+TEST(Sse, AnEventCutOffByTheEndIsPartial) {
+  SseParser p;
+  std::vector<std::string> events;
+  p.feed("data: {\"cut", events);
+  EXPECT_TRUE(events.empty());
+  EXPECT_TRUE(p.has_partial_event());
+}
+
+TEST(Prometheus, ParsesSamplesLabelsAndSpecialValues) {
+  std::size_t skipped = 0;
+  const auto s = parse_prometheus(
+      "# HELP vllm:num_requests_running Number of requests.\n"
+      "# TYPE vllm:num_requests_running gauge\n"
+      "vllm:num_requests_running{engine=\"0\",model_name=\"q\\\"wen\"} 3.0\n"
+      "plain 4 1700000000000\n"
+      "nan_metric NaN\n"
+      "inf_metric +Inf\r\n"
+      "broken{label=\"x 1\n"
+      "also broken\n",
+      &skipped);
+  ASSERT_EQ(s.size(), 4u);
+  EXPECT_EQ(s[0].name, "vllm:num_requests_running");
+  EXPECT_EQ(s[0].labels.at("model_name"), "q\"wen");
+  EXPECT_EQ(s[0].value, 3.0);
+  EXPECT_EQ(s[1].value, 4.0);
+  EXPECT_TRUE(std::isnan(s[2].value));
+  EXPECT_TRUE(std::isinf(s[3].value));
+  EXPECT_EQ(skipped, 2u);
+}
+
+TEST(Prometheus, VllmLoadSumsEnginesAndReadsEitherKvName) {
+  const auto now = parse_prometheus(
+      "vllm:num_requests_running{engine=\"0\"} 3\nvllm:num_requests_running{engine=\"1\"} 2\n"
+      "vllm:num_requests_waiting{engine=\"0\"} 7\nvllm:kv_cache_usage_perc{engine=\"0\"} 0.5\n"
+      "vllm:kv_cache_usage_perc{engine=\"1\"} 0.3\n");
+  EXPECT_EQ(detect_flavor(now), EngineFlavor::vllm);
+  const LoadSnapshot l = load_from_metrics(now, EngineFlavor::automatic, 256);
+  EXPECT_TRUE(l.valid);
+  EXPECT_EQ(l.slots_busy, 5);
+  EXPECT_EQ(l.slots_total, 256);
+  EXPECT_EQ(l.queued, 7);
+  EXPECT_NEAR(l.kv_occupancy(), 0.4, 1e-12);
+  const auto old =
+      parse_prometheus("vllm:num_requests_running 1\nvllm:gpu_cache_usage_perc 0.25\n");
+  EXPECT_NEAR(load_from_metrics(old, EngineFlavor::vllm, 8).kv_occupancy(), 0.25, 1e-12);
+}
+
+TEST(Prometheus, SglangAndLlamaCpp) {
+  const auto sg = parse_prometheus(
+      "sglang:num_running_reqs{tp_rank=\"0\"} 4\nsglang:num_queue_reqs 1\n"
+      "sglang:num_used_tokens 3000\nsglang:max_total_num_tokens 10000\nsglang:token_usage 0.3\n");
+  EXPECT_EQ(detect_flavor(sg), EngineFlavor::sglang);
+  const LoadSnapshot s = load_from_metrics(sg, EngineFlavor::automatic, 32);
+  EXPECT_EQ(s.slots_busy, 4);
+  EXPECT_EQ(s.queued, 1);
+  EXPECT_EQ(s.kv_used, 3000);
+  EXPECT_EQ(s.kv_total, 10000);
+  const auto ll =
+      parse_prometheus("llamacpp:requests_processing 2\nllamacpp:requests_deferred 5\n");
+  const LoadSnapshot l = load_from_metrics(ll, EngineFlavor::automatic, 4);
+  EXPECT_EQ(detect_flavor(ll), EngineFlavor::llamacpp);
+  EXPECT_EQ(l.slots_busy, 2);
+  EXPECT_EQ(l.queued, 5);
+  EXPECT_EQ(l.kv_total, 0);  // llama.cpp exports no KV usage
+  EXPECT_FALSE(load_from_metrics(parse_prometheus("up 1\n"), EngineFlavor::automatic, 4).valid);
+}
+
+}  // namespace
+}  // namespace dynrt::engines
