@@ -1,0 +1,83 @@
+// dynrt-sim-engine: the simulated engine as an OpenAI-compatible server, so dynrt (and anything
+// else that speaks the API) can be run against something that behaves like vLLM, on any
+// machine. See engines/sim/server.hpp for the API and engines/sim/model.hpp for the model.
+#include "engines/sim/engine.hpp"
+#include "engines/sim/server.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
+namespace {
+volatile std::sig_atomic_t g_stop = 0;
+void on_signal(int) {
+  g_stop = 1;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace dynrt::engines::sim;
+  CLI::App app{
+      "dynrt-sim-engine: the simulated engine served over the OpenAI-compatible API, "
+      "with vLLM's /metrics",
+      "dynrt-sim-engine"};
+  SimServerOptions server;
+  SimParams params;
+  SimEngineOptions engine_options;
+  std::string script_path;
+  app.add_option("--port", server.port, "Port to listen on; 0 picks a free one and prints it")
+      ->capture_default_str();
+  app.add_option("--host", server.host, "Address to listen on")->capture_default_str();
+  app.add_option("--time-scale", engine_options.time_scale,
+                 "Real milliseconds per simulated second (1000: real time; 0: as fast as "
+                 "possible)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--script", script_path, "Response script (JSON lines) of recorded answers");
+  app.add_option("--slots", params.slots, "Decode slots")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  app.add_option("--kv-tokens", params.kv_tokens, "KV pool size, in tokens")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--model", server.model, "Model name /v1/models lists")->capture_default_str();
+  app.add_option("--threads", server.threads, "I/O threads")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--seed", params.text.seed, "Seed of the pseudo-text of unscripted requests")
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  Script script;
+  if (!script_path.empty()) {
+    auto loaded = Script::load(script_path);
+    if (!loaded) {
+      std::cerr << "dynrt-sim-engine: " << loaded.error().message << "\n";
+      return 2;
+    }
+    script = std::move(*loaded);
+  }
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  try {
+    SimEngine engine(params, std::move(script), engine_options);
+    SimServer srv(engine, server);
+    std::printf("dynrt-sim-engine listening on http://%s:%u\n", server.host.c_str(),
+                static_cast<unsigned>(srv.port()));
+    std::fflush(stdout);
+    sigset_t none;
+    sigemptyset(&none);
+    while (!g_stop)
+      sigsuspend(&none);  // sleep until a signal
+    srv.stop();
+  } catch (const std::exception& e) {
+    std::cerr << "dynrt-sim-engine: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,48 @@
+// The simulated engine as an HTTP server: what `dynrt-sim-engine` runs.
+//
+// SimServer serves a SimEngine over the OpenAI-compatible API a vLLM server offers:
+// POST /v1/chat/completions and /v1/completions (streamed as server-sent events ending in
+// `data: [DONE]`, with the usage chunk of stream_options.include_usage, or whole), GET
+// /v1/models, GET /health, and GET /metrics in vLLM's Prometheus format
+// (vllm:num_requests_running, vllm:num_requests_waiting, vllm:kv_cache_usage_perc and token
+// counters). A client that disconnects while its request runs has the request cancelled, which
+// frees its slot at once, as vLLM does. Errors come back in the OpenAI shape
+// {"error": {"message", "type", "code"}}.
+//
+// Asynchronous on Boost.Asio/Beast with a small fixed pool of I/O threads; engine callbacks
+// are posted to each connection's strand.
+#pragma once
+
+#include "engines/sim/engine.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace dynrt::engines::sim {
+
+struct SimServerOptions {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;  // 0: any free port (port() tells which)
+  int threads = 2;
+  std::string model = "sim";  // what /v1/models lists
+  std::size_t max_body_bytes = std::size_t{8} << 20;
+};
+
+class SimServer {
+ public:
+  SimServer(SimEngine& engine, SimServerOptions options);
+  ~SimServer();  // stops
+  SimServer(const SimServer&) = delete;
+  SimServer& operator=(const SimServer&) = delete;
+
+  std::uint16_t port() const;
+  void stop();
+
+  struct Impl;  // defined in server.cpp; public so its connections can name it
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dynrt::engines::sim
