@@ -1,0 +1,488 @@
+// The openai adapter end to end: against the simulated engine's server on 127.0.0.1, port 0
+// (in-process, and the real dynrt-sim-engine binary), and against a server that fails on
+// purpose. Waits are on the adapter's callbacks; the deadlines under test are real time.
+#include "engines/openai/engine.hpp"
+#include "engines/sim/engine.hpp"
+#include "engines/sim/server.hpp"
+#include "faulty_server.hpp"
+
+#include <gtest/gtest.h>
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <boost/asio.hpp>
+#include <csignal>
+#include <cstdio>
+#include <future>
+
+extern char** environ;
+
+namespace dynrt::engines {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::FaultyServer;
+
+constexpr auto kWait = seconds(30);  // a safety net against hangs, not a timing assertion
+
+struct Outcome {
+  std::vector<std::string> chunks;
+  std::optional<EngineResult> result;
+  std::optional<EngineError> error;
+};
+
+struct Collect : ResponseSink {
+  Outcome out;
+  std::promise<Outcome> done;
+  std::promise<void> first_chunk;
+  bool first = true;
+  void on_chunk(std::string_view d) override {
+    out.chunks.emplace_back(d);
+    if (std::exchange(first, false)) first_chunk.set_value();
+  }
+  void on_complete(EngineResult r) override {
+    out.result = std::move(r);
+    done.set_value(std::move(out));
+  }
+  void on_error(EngineError e) override {
+    out.error = std::move(e);
+    done.set_value(std::move(out));
+  }
+};
+
+Outcome await(std::future<Outcome>& f) {
+  if (f.wait_for(kWait) != std::future_status::ready) {
+    ADD_FAILURE() << "no answer within " << kWait.count() << " s";
+    return {};
+  }
+  return f.get();
+}
+
+EngineRequest chat(const std::string& content, int max_tokens, bool stream) {
+  EngineRequest r;
+  r.body = {{"model", "sim"},
+            {"messages", json::array({{{"role", "user"}, {"content", content}}})},
+            {"max_tokens", max_tokens},
+            {"temperature", 0}};
+  if (stream) {
+    r.body["stream"] = true;
+    r.body["stream_options"] = {{"include_usage", true}};
+  }
+  return r;
+}
+
+sim::Script long_answers() {
+  std::string answer;
+  for (int i = 0; i < 3000; ++i)
+    answer += i ? " word" : "word";
+  sim::Script s;
+  s.add_contains("LONG", answer);
+  return s;
+}
+
+// A simulated engine served on a free port.
+struct SimBackend {
+  sim::SimEngine engine;
+  sim::SimServer server;
+  explicit SimBackend(double time_scale = 0)
+      : engine({}, long_answers(), sim::SimEngineOptions{time_scale, "sim"}),
+        server(engine, sim::SimServerOptions{}) {}
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(server.port()); }
+};
+
+OpenAiOptions options_for(const std::string& url) {
+  OpenAiOptions o;
+  o.base_url = url;
+  o.scrape_interval = milliseconds(50);
+  o.max_num_seqs = 64;
+  return o;
+}
+
+std::pair<std::shared_ptr<Collect>, std::future<Outcome>> sink() {
+  auto s = std::make_shared<Collect>();
+  auto f = s->done.get_future();
+  return {s, std::move(f)};
+}
+
+TEST(OpenAiAdapter, NonStreamedAnswersAreTheEngineAnswers) {
+  SimBackend backend;
+  OpenAiEngine adapter(options_for(backend.url()));
+  auto [s, f] = sink();
+  adapter.submit(chat("hello", 16, false), s);
+  const Outcome o = await(f);
+  ASSERT_TRUE(o.result) << (o.error ? o.error->message : "");
+  // Byte for byte what the engine produces in-process for the same request.
+  auto [s2, f2] = sink();
+  backend.engine.submit(chat("hello", 16, false), s2);
+  const Outcome direct = await(f2);
+  EXPECT_EQ(o.result->body, direct.result->body);
+  EXPECT_EQ(o.result->usage.completion_tokens, 16);
+  EXPECT_EQ(o.result->finish_reason, "length");
+  EXPECT_TRUE(o.chunks.empty());
+}
+
+TEST(OpenAiAdapter, StreamedChunksArriveAndReassemble) {
+  SimBackend backend;
+  OpenAiEngine adapter(options_for(backend.url()));
+  auto [s, f] = sink();
+  adapter.submit(chat("hello", 16, true), s);
+  const Outcome o = await(f);
+  ASSERT_TRUE(o.result) << (o.error ? o.error->message : "");
+  ASSERT_GE(o.chunks.size(), 4u);
+  for (const auto& c : o.chunks)
+    EXPECT_TRUE(json::parse(c, nullptr, false).is_object()) << c;
+  auto [s2, f2] = sink();
+  adapter.submit(chat("hello", 16, false), s2);
+  const Outcome whole = await(f2);
+  const json a = json::parse(o.result->body);
+  const json b = json::parse(whole.result->body);
+  EXPECT_EQ(a["choices"][0]["message"]["content"], b["choices"][0]["message"]["content"]);
+  EXPECT_EQ(a["id"], b["id"]);
+  EXPECT_EQ(o.result->usage, whole.result->usage);  // from the include_usage chunk
+  EXPECT_EQ(o.result->finish_reason, "length");
+}
+
+TEST(OpenAiAdapter, CompletionsEndpointToo) {
+  SimBackend backend;
+  OpenAiEngine adapter(options_for(backend.url()));
+  for (const bool stream : {false, true}) {
+    EngineRequest r;
+    r.endpoint = "/v1/completions";
+    r.body = {
+        {"model", "sim"}, {"prompt", "Once upon a time"}, {"max_tokens", 8}, {"stream", stream}};
+    auto [s, f] = sink();
+    adapter.submit(r, s);
+    const Outcome o = await(f);
+    ASSERT_TRUE(o.result) << (o.error ? o.error->message : "");
+    const json body = json::parse(o.result->body);
+    EXPECT_EQ(body["object"], "text_completion");
+    EXPECT_FALSE(body["choices"][0]["text"].get<std::string>().empty());
+  }
+}
+
+TEST(OpenAiAdapter, SixtyFourConcurrentStreams) {
+  SimBackend backend;
+  OpenAiEngine adapter(options_for(backend.url()));
+  std::vector<std::future<Outcome>> futures;
+  for (int i = 0; i < 64; ++i) {
+    auto [s, f] = sink();
+    adapter.submit(chat("q" + std::to_string(i), 24, true), s);
+    futures.push_back(std::move(f));
+  }
+  for (auto& f : futures) {
+    const Outcome o = await(f);
+    ASSERT_TRUE(o.result) << (o.error ? o.error->message : "");
+    EXPECT_EQ(o.result->usage.completion_tokens, 24);
+  }
+}
+
+std::string get(const std::string& url) {
+  struct Body : HttpHandler {
+    std::string text;
+    std::promise<std::string> done;
+    bool on_data(std::string_view b) override {
+      text.append(b);
+      return true;
+    }
+    void on_done(const HttpOutcome&) override { done.set_value(text); }
+  };
+  CurlLoop loop;
+  auto h = std::make_shared<Body>();
+  auto f = h->done.get_future();
+  HttpCall call;
+  call.method = "GET";
+  call.url = url;
+  loop.start(call, h);
+  return f.get();
+}
+
+TEST(OpenAiAdapter, CancellationFreesTheEngineSlot) {
+  SimBackend backend(/*time_scale=*/1000);  // real time: 3,000 tokens take over a minute
+  OpenAiEngine adapter(options_for(backend.url()));
+  auto [s, f] = sink();
+  auto first = s->first_chunk.get_future();
+  const RequestHandle h = adapter.submit(chat("LONG", 3000, true), s);
+  ASSERT_EQ(first.wait_for(kWait), std::future_status::ready);
+  EXPECT_EQ(backend.engine.load().slots_busy, 1);
+  EXPECT_NE(get(backend.url() + "/metrics")
+                .find("vllm:num_requests_running{engine=\"0\",model_name=\"sim\"} 1"),
+            std::string::npos);
+  adapter.cancel(h);
+  const Outcome o = await(f);
+  ASSERT_TRUE(o.error);
+  EXPECT_EQ(o.error->kind, ErrorKind::cancelled);
+  backend.engine.drain();  // the server saw the disconnect and cancelled the request
+  EXPECT_EQ(backend.engine.load().slots_busy, 0);
+  EXPECT_EQ(backend.engine.counters().cancelled, 1u);
+  EXPECT_GT(backend.engine.counters().wasted, Duration::zero());
+  EXPECT_NE(get(backend.url() + "/metrics")
+                .find("vllm:num_requests_running{engine=\"0\",model_name=\"sim\"} 0"),
+            std::string::npos);
+}
+
+TEST(OpenAiAdapter, LoadComesFromTheEnginesMetrics) {
+  SimBackend backend(/*time_scale=*/1000);
+  OpenAiEngine adapter(options_for(backend.url()));
+  EXPECT_FALSE(adapter.load().valid);
+  auto [s, f] = sink();
+  auto first = s->first_chunk.get_future();
+  const RequestHandle h = adapter.submit(chat("LONG", 3000, true), s);
+  ASSERT_EQ(first.wait_for(kWait), std::future_status::ready);
+  // Two scrapes that began after the request was running.
+  ASSERT_TRUE(adapter.await_scrapes(adapter.scrapes() + 2, kWait));
+  const LoadSnapshot l = adapter.load();
+  EXPECT_TRUE(l.valid);
+  EXPECT_EQ(l.slots_busy, 1);
+  EXPECT_EQ(l.slots_total, 64);
+  EXPECT_EQ(l.queued, 0);
+  EXPECT_GT(l.kv_used, 0);
+  EXPECT_EQ(l.kv_total, 1);
+  EXPECT_EQ(adapter.flavor(), EngineFlavor::vllm);
+  adapter.cancel(h);
+  await(f);
+}
+
+// -- faults ---------------------------------------------------------------------------------------
+
+Outcome run_against(const std::string& url, bool stream, OpenAiOptions o = {}) {
+  o.base_url = url;
+  o.scrape_interval = Duration::zero();
+  OpenAiEngine adapter(o);
+  auto [s, f] = sink();
+  adapter.submit(chat("x", 8, stream), s);
+  return await(f);
+}
+
+TEST(OpenAiFaults, RefusedConnection) {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor a(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  const auto port = a.local_endpoint().port();
+  a.close();  // nobody listens there now
+  const Outcome o = run_against("http://127.0.0.1:" + std::to_string(port), false);
+  ASSERT_TRUE(o.error);
+  EXPECT_EQ(o.error->kind, ErrorKind::refused) << o.error->message;
+}
+
+TEST(OpenAiFaults, ConnectTimeout) {
+  // A listener with a backlog of zero that never accepts: once one connection waits in its
+  // accept queue, the kernel drops further SYNs, so the next connect hangs.
+  namespace net = boost::asio;
+  net::io_context io;
+  net::ip::tcp::acceptor a(io);
+  a.open(net::ip::tcp::v4());
+  a.bind({net::ip::make_address("127.0.0.1"), 0});
+  a.listen(0);
+  net::ip::tcp::socket filler(io);
+  filler.connect(a.local_endpoint());  // completes: the queue is now full
+  OpenAiOptions o;
+  o.connect_timeout = milliseconds(300);
+  o.first_byte_timeout = seconds(5);  // should the kernel complete the handshake after all
+  const Outcome out =
+      run_against("http://127.0.0.1:" + std::to_string(a.local_endpoint().port()), false, o);
+  ASSERT_TRUE(out.error);
+  EXPECT_EQ(out.error->kind, ErrorKind::connect_timeout) << out.error->message;
+}
+
+TEST(OpenAiFaults, NoFirstByte) {
+  FaultyServer server(FaultyServer::Mode::no_response);
+  OpenAiOptions o;
+  o.first_byte_timeout = milliseconds(200);
+  const Outcome out = run_against(server.base_url(), false, o);
+  ASSERT_TRUE(out.error);
+  EXPECT_EQ(out.error->kind, ErrorKind::first_byte_timeout) << out.error->message;
+}
+
+TEST(OpenAiFaults, TotalDeadline) {
+  FaultyServer server(FaultyServer::Mode::no_response);
+  OpenAiOptions o;
+  o.first_byte_timeout = Duration::zero();
+  o.total_timeout = milliseconds(200);
+  const Outcome out = run_against(server.base_url(), false, o);
+  ASSERT_TRUE(out.error);
+  EXPECT_EQ(out.error->kind, ErrorKind::total_timeout) << out.error->message;
+}
+
+TEST(OpenAiFaults, StallBetweenChunks) {
+  FaultyServer server(FaultyServer::Mode::stream_stall);
+  OpenAiOptions o;
+  o.idle_timeout = milliseconds(200);
+  const Outcome out = run_against(server.base_url(), true, o);
+  ASSERT_TRUE(out.error);
+  EXPECT_EQ(out.error->kind, ErrorKind::idle_timeout) << out.error->message;
+  EXPECT_EQ(out.chunks.size(), 1u);  // what arrived before the stall was passed on
+}
+
+TEST(OpenAiFaults, ErrorStatusesKeepTheEnginesStatusAndBody) {
+  {
+    FaultyServer server(FaultyServer::Mode::status_500);
+    const Outcome o = run_against(server.base_url(), true);
+    ASSERT_TRUE(o.error);
+    EXPECT_EQ(o.error->kind, ErrorKind::http_status);
+    EXPECT_EQ(o.error->status, 500);
+    EXPECT_NE(o.error->body.find("engine exploded"), std::string::npos);
+  }
+  {
+    FaultyServer server(FaultyServer::Mode::status_429);
+    const Outcome o = run_against(server.base_url(), false);
+    ASSERT_TRUE(o.error);
+    EXPECT_EQ(o.error->status, 429);
+    EXPECT_NE(o.error->body.find("slow down"), std::string::npos);
+  }
+}
+
+TEST(OpenAiFaults, InvalidJson) {
+  FaultyServer server(FaultyServer::Mode::invalid_json);
+  const Outcome o = run_against(server.base_url(), false);
+  ASSERT_TRUE(o.error);
+  EXPECT_EQ(o.error->kind, ErrorKind::malformed);
+  FaultyServer chunks(FaultyServer::Mode::bad_chunk);
+  const Outcome c = run_against(chunks.base_url(), true);
+  ASSERT_TRUE(c.error);
+  EXPECT_EQ(c.error->kind, ErrorKind::malformed) << c.error->message;
+}
+
+TEST(OpenAiFaults, StreamWithoutDone) {
+  FaultyServer server(FaultyServer::Mode::stream_no_done);
+  const Outcome o = run_against(server.base_url(), true);
+  ASSERT_TRUE(o.error);
+  EXPECT_EQ(o.error->kind, ErrorKind::truncated);
+  EXPECT_EQ(o.chunks.size(), 2u);
+}
+
+TEST(OpenAiFaults, ResetMidStream) {
+  FaultyServer server(FaultyServer::Mode::stream_reset);
+  const Outcome o = run_against(server.base_url(), true);
+  ASSERT_TRUE(o.error);
+  EXPECT_EQ(o.error->kind, ErrorKind::truncated) << o.error->message;
+}
+
+TEST(OpenAiFaults, SglangCancellationAlsoPostsAbortRequestWithTheRid) {
+  FaultyServer server(FaultyServer::Mode::no_response);
+  OpenAiOptions o;
+  o.base_url = server.base_url();
+  o.scrape_interval = Duration::zero();
+  o.flavor = EngineFlavor::sglang;
+  OpenAiEngine adapter(o);
+  auto [s, f] = sink();
+  EngineRequest r = chat("x", 8, true);
+  r.id = "req-17";
+  const RequestHandle h = adapter.submit(r, s);
+  ASSERT_TRUE(server.await_requests(1, kWait));
+  adapter.cancel(h);
+  const Outcome out = await(f);
+  ASSERT_TRUE(out.error);
+  EXPECT_EQ(out.error->kind, ErrorKind::cancelled);
+  ASSERT_TRUE(server.await_requests(2, kWait));
+  const auto seen = server.recorded();
+  EXPECT_EQ(json::parse(seen[0].body)["rid"], "req-17");  // added to the request for SGLang
+  EXPECT_EQ(seen[1].head.rfind("POST /abort_request ", 0), 0u) << seen[1].head;
+  EXPECT_EQ(json::parse(seen[1].body), (json{{"rid", "req-17"}}));
+}
+
+TEST(OpenAiFaults, OtherFlavoursAreNotSentARid) {
+  FaultyServer server(FaultyServer::Mode::no_response);
+  OpenAiOptions o;
+  o.base_url = server.base_url();
+  o.scrape_interval = Duration::zero();
+  o.flavor = EngineFlavor::vllm;
+  OpenAiEngine adapter(o);
+  auto [s, f] = sink();
+  const RequestHandle h = adapter.submit(chat("x", 8, true), s);
+  ASSERT_TRUE(server.await_requests(1, kWait));
+  adapter.cancel(h);
+  await(f);
+  EXPECT_FALSE(json::parse(server.recorded()[0].body).contains("rid"));
+}
+
+// -- the simulated engine's HTTP surface ------------------------------------------------------
+
+struct Fetched {
+  int status = 0;
+  std::string body;
+};
+
+Fetched fetch(const std::string& method, const std::string& url, const std::string& body = {}) {
+  struct Handler : HttpHandler {
+    Fetched out;
+    std::promise<Fetched> done;
+    void on_status(int status) override { out.status = status; }
+    bool on_data(std::string_view b) override {
+      out.body.append(b);
+      return true;
+    }
+    void on_done(const HttpOutcome&) override { done.set_value(out); }
+  };
+  CurlLoop loop;
+  auto h = std::make_shared<Handler>();
+  auto f = h->done.get_future();
+  HttpCall call;
+  call.method = method;
+  call.url = url;
+  call.body = body;
+  call.headers = {"Content-Type: application/json"};
+  loop.start(call, h);
+  return f.get();
+}
+
+TEST(SimServer, AnswersTheOpenAiSurfaceAndRejectsWhatItCannotServe) {
+  SimBackend backend;
+  const std::string url = backend.url();
+  EXPECT_EQ(fetch("GET", url + "/health").status, 200);
+  const Fetched models = fetch("GET", url + "/v1/models");
+  EXPECT_EQ(models.status, 200);
+  EXPECT_EQ(json::parse(models.body)["data"][0]["id"], "sim");
+  const Fetched missing = fetch("GET", url + "/v2/nothing");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(json::parse(missing.body)["error"]["code"], 404);
+  EXPECT_EQ(fetch("GET", url + "/v1/chat/completions").status, 405);
+  const Fetched bad = fetch("POST", url + "/v1/chat/completions", "{not json");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(json::parse(bad.body)["error"]["type"], "invalid_request_error");
+  const Fetched no_messages = fetch("POST", url + "/v1/chat/completions", R"({"model":"sim"})");
+  EXPECT_EQ(no_messages.status, 400) << no_messages.body;
+  EXPECT_TRUE(json::parse(no_messages.body).contains("error"));
+  EXPECT_EQ(backend.engine.counters().completed, 0u);  // none of it reached the engine
+}
+
+// -- the real binary --------------------------------------------------------------------------
+
+TEST(DynrtSimEngine, ServesTheAdapterFromItsOwnProcess) {
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+  posix_spawn_file_actions_addclose(&actions, out[0]);
+  const char* argv[] = {DYNRT_SIM_ENGINE_PATH, "--port", "0", "--time-scale", "0", nullptr};
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, const_cast<char**>(argv), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  close(out[1]);
+  FILE* f = fdopen(out[0], "r");
+  char line[256] = {0};
+  ASSERT_NE(fgets(line, sizeof line, f), nullptr);  // "dynrt-sim-engine listening on http://..."
+  const std::string text(line);
+  const auto at = text.find("http://");
+  ASSERT_NE(at, std::string::npos) << text;
+  const std::string url = text.substr(at, text.find_last_not_of("\r\n") + 1 - at);
+  {
+    OpenAiEngine adapter(options_for(url));
+    auto [s, fut] = sink();
+    adapter.submit(chat("from another process", 12, true), s);
+    const Outcome o = await(fut);
+    ASSERT_TRUE(o.result) << (o.error ? o.error->message : "");
+    EXPECT_EQ(o.result->usage.completion_tokens, 12);
+    EXPECT_NE(get(url + "/health"), "x");
+  }
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  fclose(f);
+}
+
+}  // namespace
+}  // namespace dynrt::engines
