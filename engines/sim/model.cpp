@@ -42,19 +42,30 @@ void SimModel::submit(RequestHandle handle, EngineRequest request, SimTime now) 
   r.meta = response_meta(request.endpoint, request.body);
   r.stream = wants_stream(request.body);
   r.kv_need = r.gen.prompt_tokens + static_cast<std::int64_t>(r.gen.tokens.size());
+  r.arrival = now;
   if (r.kv_need > params_.kv_tokens) {
     return fail(ErrorKind::rejected, "the request needs " + std::to_string(r.kv_need) +
                                          " KV tokens, more than the engine's " +
                                          std::to_string(params_.kv_tokens));
   }
-  r.seq = next_seq_++;
   r.request = std::move(request);
-  queue_.emplace(QueueKey{r.request.priority, r.seq}, handle);
+  if (now > now_) {  // arrives later: queued once time reaches it
+    r.phase = Phase::arriving;
+    arrivals_.emplace(now, handle);
+  } else {
+    enqueue(r);
+  }
   requests_.emplace(handle, std::move(r));
 }
 
+void SimModel::enqueue(Req& r) {
+  r.phase = Phase::queued;
+  r.seq = next_seq_++;
+  queue_.emplace(QueueKey{r.request.priority, r.seq}, r.handle);
+}
+
 void SimModel::release(Req& r, SimTime now) {
-  if (r.phase == Phase::queued) return;
+  if (r.phase == Phase::queued || r.phase == Phase::arriving) return;
   --slots_busy_;
   kv_reserved_ -= r.kv_need;
   kv_in_use_ -= r.gen.prompt_tokens + static_cast<std::int64_t>(r.generated);
@@ -76,7 +87,14 @@ void SimModel::cancel(RequestHandle handle, SimTime now) {
   const auto it = requests_.find(handle);
   if (it == requests_.end()) return;
   Req& r = it->second;
-  if (r.phase == Phase::queued) {
+  if (r.phase == Phase::arriving) {
+    for (auto [a, end] = arrivals_.equal_range(arrival_of(handle)); a != end; ++a) {
+      if (a->second == handle) {
+        arrivals_.erase(a);
+        break;
+      }
+    }
+  } else if (r.phase == Phase::queued) {
     queue_.erase(QueueKey{r.request.priority, r.seq});
   } else {
     release(r, now);
@@ -106,7 +124,9 @@ Duration SimModel::step_duration() const {
 std::optional<SimTime> SimModel::next_event() const {
   std::optional<SimTime> t;
   auto earliest = [&](SimTime c) { t = t ? std::min(*t, c) : c; };
-  if (!pending_errors_.empty()) earliest(now_);
+  for (const SimEvent& e : pending_errors_)
+    earliest(std::max(e.at, now_));
+  if (!arrivals_.empty()) earliest(arrivals_.begin()->first);
   if (!queue_.empty()) {
     const Req& head = requests_.at(queue_.begin()->second);
     if (slots_busy_ < params_.slots && kv_reserved_ + head.kv_need <= params_.kv_tokens) {
@@ -191,11 +211,18 @@ void SimModel::advance(SimTime until, std::vector<SimEvent>& events) {
     const std::optional<SimTime> t = next_event();
     if (!t || *t > until) break;
     now_ = std::max(now_, *t);
-    // 1. errors reported at submission or cancellation
-    for (auto& e : pending_errors_)
+    // 1. errors reported at submission or cancellation, once their time comes
+    std::erase_if(pending_errors_, [&](SimEvent& e) {
+      if (e.at > now_) return false;
       events.push_back(std::move(e));
-    pending_errors_.clear();
-    // 2. the decode step that ends now: one token for every request in it
+      return true;
+    });
+    // 2. requests submitted ahead of time that arrive now
+    while (!arrivals_.empty() && arrivals_.begin()->first <= now_) {
+      enqueue(requests_.at(arrivals_.begin()->second));
+      arrivals_.erase(arrivals_.begin());
+    }
+    // 3. the decode step that ends now: one token for every request in it
     if (step_end_ && *step_end_ <= now_) {
       step_end_.reset();
       ++counters_.steps;
@@ -218,7 +245,7 @@ void SimModel::advance(SimTime until, std::vector<SimEvent>& events) {
       decoding_.insert(joining_.begin(), joining_.end());
       joining_.clear();
     }
-    // 3. prefills that end now: they join the running step's successor
+    // 4. prefills that end now: they join the running step's successor
     while (!prefills_.empty() && prefills_.begin()->first <= now_) {
       const RequestHandle h = prefills_.begin()->second;
       prefills_.erase(prefills_.begin());
@@ -233,9 +260,9 @@ void SimModel::advance(SimTime until, std::vector<SimEvent>& events) {
         decoding_.insert(h);
       }
     }
-    // 4. admissions, now that slots and KV may have been freed
+    // 5. admissions, now that slots and KV may have been freed
     admit(now_, events);
-    // 5. the next decode step
+    // 6. the next decode step
     if (!step_end_ && !decoding_.empty()) step_end_ = now_ + step_duration();
   }
   now_ = std::max(now_, until);

@@ -74,10 +74,13 @@ class SimModel {
  public:
   explicit SimModel(SimParams params = {}, Script script = {});
 
-  // Queues a request at simulated time `now` (not before the last advance). A request the
-  // model cannot serve (bad body, larger than the KV pool) produces an error event at `now`.
+  // Queues a request arriving at simulated time `now`: at once when `now` is not after the
+  // model's time, otherwise when advance() reaches it (so a caller whose clock runs ahead of
+  // the model's last event does not back-date its request). A request the model cannot serve
+  // (bad body, larger than the KV pool) produces an error event at `now`.
   void submit(RequestHandle handle, EngineRequest request, SimTime now);
-  // Frees the request's slot and KV at once; an error event (cancelled) follows.
+  // Frees the request's slot and KV at once, at the model's time (the last event processed;
+  // a caller whose clock runs ahead advances first); an error event (cancelled) follows.
   void cancel(RequestHandle handle, SimTime now);
 
   // The time of the next event, if any work is pending.
@@ -92,7 +95,7 @@ class SimModel {
   std::size_t in_flight() const { return requests_.size(); }
 
  private:
-  enum class Phase { queued, prefill, decode };
+  enum class Phase { arriving, queued, prefill, decode };
   struct Req {
     RequestHandle handle = 0;
     EngineRequest request;
@@ -102,6 +105,7 @@ class SimModel {
     Phase phase = Phase::queued;
     std::int64_t kv_need = 0;
     std::uint64_t seq = 0;  // arrival order
+    SimTime arrival{0};
     SimTime admitted{0};
     SimTime prefill_done{0};
     std::size_t generated = 0;
@@ -113,6 +117,8 @@ class SimModel {
     auto operator<=>(const QueueKey&) const = default;
   };
 
+  void enqueue(Req& r);
+  SimTime arrival_of(RequestHandle h) const { return requests_.at(h).arrival; }
   void admit(SimTime now, std::vector<SimEvent>& events);
   void finish(Req& r, SimTime now, std::vector<SimEvent>& events);
   void emit_chunks(Req& r, SimTime now, bool final, std::vector<SimEvent>& events);
@@ -124,7 +130,8 @@ class SimModel {
   SimTime now_{0};
   std::map<RequestHandle, Req> requests_;
   std::map<QueueKey, RequestHandle> queue_;
-  std::set<RequestHandle> decoding_;    // in the current decode step
+  std::multimap<SimTime, RequestHandle> arrivals_;  // submitted for a time not yet reached
+  std::set<RequestHandle> decoding_;                // in the current decode step
   std::vector<RequestHandle> joining_;  // prefilled during a step: they join the next one
   std::multimap<SimTime, RequestHandle> prefills_;  // by the time their prefill ends
   std::vector<SimEvent> pending_errors_;  // rejections and cancellations, reported on advance

@@ -166,6 +166,67 @@ TEST(SimModel, InterferenceFollowsFigure5b) {
   EXPECT_NEAR(decode_ms(3) / alone, 1.06, 0.01);   // 3 fills: +4-6%
 }
 
+// A caller whose clock is ahead of the model's last event (SimEngine after an idle spell)
+// submits for its own time: the request arrives then, not back-dated to the model's time.
+TEST(SimModel, RequestsSubmittedAheadArriveAtTheirTime) {
+  Sim run;
+  const EngineRequest req = chat("later", 10);
+  run.model.submit(1, req, at_ms(1000));
+  run.model.submit(2, chat("never", 10), at_ms(1500));
+  EXPECT_EQ(run.model.load().slots_busy, 0);
+  run.until(999);
+  EXPECT_EQ(run.model.load().slots_busy, 0);
+  EXPECT_EQ(run.model.load().queued, 0);
+  run.model.cancel(2, at_ms(999));  // cancelled before it arrived: never admitted
+  run.all();
+  const double prefill = 10 + 0.05 * static_cast<double>(gen_of(req).prompt_tokens);
+  EXPECT_NEAR(run.done_ms(1), 1000 + prefill + 25.0 * gen_of(req).tokens.size(), 1e-3);
+  ASSERT_NE(run.completion(2), nullptr);
+  EXPECT_EQ(run.completion(2)->error.kind, ErrorKind::cancelled);
+  EXPECT_EQ(run.model.counters().wasted, Duration::zero());
+  EXPECT_EQ(run.model.in_flight(), 0u);
+}
+
+// Figure 5b's context sweep: 24 fills whose context grows from none to 4,500 words (about
+// 5,900 tokens), their KV share from 3% to 24% of the pool; the canonical request's decode
+// slows by 11% and by 145%. The fills' prompts are sized so that, with what they generate
+// while the canonical request decodes, they hold those shares of the default 600,000-token
+// pool on average over its decode.
+TEST(SimModel, InterferenceGrowsWithTheFillsContextAsInFigure5b) {
+  std::string long_answer;
+  for (int i = 0; i < 400; ++i)
+    long_answer += i ? " word" : "word";
+  auto decode_ms = [&](int fills, std::size_t prompt_chars, double* kv_share) {
+    Script script;
+    script.add_contains("FILL", long_answer);
+    script.add_contains("CANONICAL", long_answer);  // 200 tokens: cut at max_tokens
+    Sim run(SimParams{}, script);
+    for (int i = 0; i < fills; ++i) {
+      run.model.submit(100 + i,
+                       chat("FILL " + std::to_string(i) + std::string(prompt_chars, 'a'), 400,
+                            false, RequestKind::fill, 10),
+                       at_ms(0));
+    }
+    const EngineRequest canonical = chat("CANONICAL", 200);
+    run.model.submit(1, canonical, at_ms(1000));  // once every fill is decoding
+    run.until(1000);
+    const double start_share = run.model.load().kv_occupancy();
+    while (run.completion(1) == nullptr)
+      run.model.advance(*run.model.next_event(), run.events);
+    *kv_share = (start_share + run.model.load().kv_occupancy()) / 2;  // it grows linearly
+    const double prefill = 10 + 0.05 * static_cast<double>(gen_of(canonical).prompt_tokens);
+    return run.done_ms(1) - 1000 - prefill;
+  };
+  double share = 0;
+  const double alone = decode_ms(0, 0, &share);
+  const double none = decode_ms(24, 2444, &share);
+  EXPECT_NEAR(share, 0.03, 0.002);
+  EXPECT_NEAR(none / alone, 1.11, 0.02);  // no extra context: +11%
+  const double full = decode_ms(24, 23536, &share);
+  EXPECT_NEAR(share, 0.24, 0.005);
+  EXPECT_NEAR(full / alone, 2.45, 0.06);  // 4,500 words each: +145%
+}
+
 // Long answers for requests whose last message contains "LONG".
 Script long_script() {
   std::string answer;
