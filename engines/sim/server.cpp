@@ -7,12 +7,15 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <deque>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
+#include <utility>
 
 namespace dynrt::engines::sim {
 
@@ -250,32 +253,38 @@ class Session : public std::enable_shared_from_this<Session> {
         });
   }
 
-  // Writes queued SSE events one at a time, then the last chunk once the engine is done.
+  // Writes every queued SSE event as one HTTP chunk (chunk boundaries mean nothing to SSE),
+  // and the last chunk with them once the engine is done: one write per wake-up, not one per
+  // event, so small events do not wait on each other.
   void pump() {
     if (writing_ || !headers_sent_ || closed_) return;
+    if (out_.empty() && !finished_) return;
+    auto data = std::make_shared<std::string>();
     if (!out_.empty()) {
-      writing_ = true;
-      auto data = std::make_shared<std::string>(std::move(out_.front()));
-      out_.pop_front();
-      net::async_write(stream_, http::make_chunk(net::buffer(*data)),
-                       [self = shared_from_this(), data](beast::error_code ec, std::size_t) {
-                         self->writing_ = false;
-                         if (ec) return self->fail_stream();
-                         self->pump();
-                       });
-      return;
+      std::size_t size = 0;
+      for (const auto& e : out_)
+        size += e.size();
+      char head[24];
+      const int n = std::snprintf(head, sizeof head, "%zx\r\n", size);
+      data->reserve(static_cast<std::size_t>(n) + size + 7);
+      data->append(head, static_cast<std::size_t>(n));
+      for (const auto& e : out_)
+        data->append(e);
+      data->append("\r\n");
+      out_.clear();
     }
-    if (finished_) {
-      writing_ = true;
-      finished_ = false;
-      net::async_write(stream_, http::make_chunk_last(),
-                       [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                         self->writing_ = false;
-                         self->streaming_ = false;
-                         if (ec || !self->keep_alive_) return self->close();
-                         self->read();
-                       });
-    }
+    const bool last = std::exchange(finished_, false);
+    if (last) data->append("0\r\n\r\n");
+    writing_ = true;
+    net::async_write(stream_, net::buffer(*data),
+                     [self = shared_from_this(), data, last](beast::error_code ec, std::size_t) {
+                       self->writing_ = false;
+                       if (ec) return self->fail_stream();
+                       if (!last) return self->pump();
+                       self->streaming_ = false;
+                       if (!self->keep_alive_) return self->close();
+                       self->read();
+                     });
   }
 
   void fail_stream() {
@@ -325,7 +334,11 @@ class Session : public std::enable_shared_from_this<Session> {
 void SimServer::Impl::accept() {
   acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted) return;
-    if (!ec) std::make_shared<Session>(std::move(socket), *this)->start();
+    if (!ec) {
+      beast::error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);  // streamed events are small: no Nagle
+      std::make_shared<Session>(std::move(socket), *this)->start();
+    }
     accept();
   });
 }
@@ -360,11 +373,16 @@ std::string SimServer::Impl::metrics() const {
 
 SimServer::SimServer(SimEngine& engine, SimServerOptions options)
     : impl_(std::make_unique<Impl>(engine, std::move(options))) {
-  const tcp::endpoint ep(net::ip::make_address(impl_->options.host), impl_->options.port);
-  impl_->acceptor.open(ep.protocol());
-  impl_->acceptor.set_option(net::socket_base::reuse_address(true));
-  impl_->acceptor.bind(ep);
-  impl_->acceptor.listen(net::socket_base::max_listen_connections);
+  const std::string where = impl_->options.host + ":" + std::to_string(impl_->options.port);
+  beast::error_code ec;
+  const auto address = net::ip::make_address(impl_->options.host, ec);
+  if (ec) throw std::runtime_error("cannot listen on " + where + ": not an IP address");
+  const tcp::endpoint ep(address, impl_->options.port);
+  impl_->acceptor.open(ep.protocol(), ec);
+  if (!ec) impl_->acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) impl_->acceptor.bind(ep, ec);
+  if (!ec) impl_->acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) throw std::runtime_error("cannot listen on " + where + ": " + ec.message());
   impl_->bound_port = impl_->acceptor.local_endpoint().port();
   impl_->accept();
   for (int i = 0; i < std::max(1, impl_->options.threads); ++i) {

@@ -31,6 +31,7 @@ struct SimServerOptions {
 
 class SimServer {
  public:
+  // Listens at once; throws std::runtime_error naming the address when it cannot.
   SimServer(SimEngine& engine, SimServerOptions options);
   ~SimServer();  // stops
   SimServer(const SimServer&) = delete;

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# dynrt-sim-engine as a process: its options and their errors, then a scripted answer over
+# HTTP (streamed and not), /metrics, and a clean exit on SIGTERM. Run with the binary's path.
+set -u
+engine="$1"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"; [ -n "${pid:-}" ] && kill "$pid" 2>/dev/null' EXIT
+fails=0
+check() {  # check NAME EXPECTED_STATUS COMMAND...
+  local name="$1" want="$2"
+  shift 2
+  timeout 20 "$@" >"$tmp/out" 2>"$tmp/err"
+  local got=$?
+  if [ "$got" != "$want" ]; then
+    echo "FAIL $name: exit $got, want $want"
+    sed 's/^/  stdout: /' "$tmp/out" | head -20
+    sed 's/^/  stderr: /' "$tmp/err" | head -20
+    fails=$((fails + 1))
+  else
+    echo "ok   $name"
+  fi
+}
+contains() {  # contains NAME FILE TEXT
+  if ! grep -qF -- "$3" "$2"; then
+    echo "FAIL $1: output lacks: $3"
+    sed 's/^/  /' "$2" | head -10
+    fails=$((fails + 1))
+  fi
+}
+
+check "--help" 0 "$engine" --help
+contains "--help lists the time scale" "$tmp/out" "--time-scale"
+check "unknown option" 2 "$engine" --bogus
+check "slots out of range" 2 "$engine" --slots 0
+contains "slots out of range names it" "$tmp/err" "--slots"
+printf '# a comment\n{"response": 3}\n' >"$tmp/bad.jsonl"
+check "bad script" 2 "$engine" --script "$tmp/bad.jsonl"
+contains "bad script names the line" "$tmp/err" "script line 2: needs a string \"response\""
+check "missing script" 2 "$engine" --script "$tmp/none.jsonl"
+contains "missing script names the file" "$tmp/err" "cannot read the script"
+check "bad host" 1 "$engine" --host not-an-address
+contains "bad host" "$tmp/err" "cannot listen on not-an-address:0"
+
+# A scripted answer, end to end.
+cat >"$tmp/script.jsonl" <<'JSONL'
+{"contains": "capital of France", "response": "Paris is the capital of France."}
+JSONL
+mkfifo "$tmp/serve"
+"$engine" --port 0 --time-scale 0 --script "$tmp/script.jsonl" --slots 8 >"$tmp/serve" &
+pid=$!
+exec 3<"$tmp/serve"  # held open: the server's stdout stays writable
+line=
+read -r -t 20 line <&3  # blocks until it prints its address (or 20 s, a hang guard)
+url="$(printf '%s' "$line" | grep -o 'http://[0-9.:]*')"
+if [ -z "$url" ]; then
+  echo "FAIL the server did not print its address"; fails=$((fails + 1))
+else
+  check "port in use" 1 "$engine" --port "${url##*:}"
+  contains "port in use names the address" "$tmp/err" "cannot listen on 127.0.0.1:${url##*:}"
+  if /usr/bin/python3 - "$url" <<'PY'
+import json, sys, urllib.request
+url = sys.argv[1]
+def post(body):
+    req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    return urllib.request.urlopen(req, timeout=10).read().decode()
+ask = {"model": "sim", "messages": [{"role": "user", "content": "What is the capital of France?"}]}
+whole = json.loads(post(ask))
+assert whole["choices"][0]["message"]["content"] == "Paris is the capital of France.", whole
+assert whole["choices"][0]["finish_reason"] == "stop", whole
+assert whole["usage"]["completion_tokens"] == 6, whole
+events = [l[6:] for l in post(dict(ask, stream=True)).splitlines() if l.startswith("data: ")]
+assert events[-1] == "[DONE]", events
+text = "".join(json.loads(e)["choices"][0]["delta"].get("content", "") for e in events[:-1])
+assert text == "Paris is the capital of France.", text
+metrics = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+assert 'vllm:num_requests_running{engine="0",model_name="sim"} 0' in metrics, metrics
+assert 'dynrt_sim:max_num_seqs{engine="0",model_name="sim"} 8' in metrics, metrics
+PY
+  then echo "ok   scripted answers over HTTP"; else echo "FAIL scripted answers over HTTP"; fails=$((fails + 1)); fi
+fi
+kill -TERM "$pid"
+wait "$pid"
+status=$?
+pid=
+if [ "$status" != 0 ]; then echo "FAIL SIGTERM exit $status"; fails=$((fails + 1)); else echo "ok   SIGTERM exits 0"; fi
+
+[ "$fails" = 0 ] || { echo "$fails failed"; exit 1; }
