@@ -3,19 +3,23 @@
 namespace dynrt::engines {
 
 void SseParser::feed(std::string_view bytes, std::vector<std::string>& events) {
-  for (const char c : bytes) {
+  while (!bytes.empty()) {
     if (after_cr_) {
       after_cr_ = false;
-      if (c == '\n') continue;  // the LF of a CRLF
+      if (bytes.front() == '\n') {  // the LF of a CRLF
+        bytes.remove_prefix(1);
+        continue;
+      }
     }
-    if (c == '\r') {
-      after_cr_ = true;
-      line(events);
-    } else if (c == '\n') {
-      line(events);
-    } else {
-      line_.push_back(c);
+    const std::size_t end = bytes.find_first_of("\r\n");
+    if (end == std::string_view::npos) {  // a line continued by the next feed
+      line_.append(bytes);
+      return;
     }
+    line_.append(bytes.substr(0, end));
+    after_cr_ = bytes[end] == '\r';
+    bytes.remove_prefix(end + 1);
+    line(events);
   }
 }
 
