@@ -22,6 +22,7 @@ void global_init() {
 }  // namespace
 
 struct CurlLoop::Impl {
+  std::atomic<std::uint64_t> connections_opened{0};
   struct Transfer {
     CallId id = 0;
     CURL* easy = nullptr;
@@ -260,6 +261,10 @@ struct CurlLoop::Impl {
         Transfer* t = nullptr;
         curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &t);
         if (!t) continue;
+        long opened = 0;  // new connections this transfer made (0: it reused one)
+        if (curl_easy_getinfo(m->easy_handle, CURLINFO_NUM_CONNECTS, &opened) == CURLE_OK) {
+          connections_opened += static_cast<std::uint64_t>(std::max(opened, 0L));
+        }
         finish(t->id, outcome_of(*t, m->data.result));
       }
       const Duration wait = check_deadlines();
@@ -332,6 +337,10 @@ void CurlLoop::every(Duration period, std::function<void()> task) {
     impl_->commands.push_back(std::move(c));
   }
   impl_->wake();
+}
+
+std::uint64_t CurlLoop::connections_opened() const {
+  return impl_->connections_opened.load();
 }
 
 }  // namespace dynrt::engines

@@ -80,6 +80,8 @@ class CurlLoop {
   // Stops the thread (unfinished transfers end with on_done(cancelled)); idempotent. Owners
   // whose periodic tasks use the loop call it before tearing the loop down.
   void stop();
+  // Connections opened so far by finished transfers; fewer than transfers means reuse.
+  std::uint64_t connections_opened() const;
 
  private:
   struct Impl;

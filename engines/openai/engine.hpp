@@ -61,6 +61,8 @@ class OpenAiEngine final : public Engine {
   // need a reading taken after some event).
   std::uint64_t scrapes() const;
   bool await_scrapes(std::uint64_t count, Duration timeout) const;
+  // Connections opened so far (requests and scrapes): connection reuse keeps it low.
+  std::uint64_t connections_opened() const { return loop_->connections_opened(); }
 
  private:
   class Transfer;

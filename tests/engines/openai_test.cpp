@@ -163,6 +163,19 @@ TEST(OpenAiAdapter, CompletionsEndpointToo) {
   }
 }
 
+TEST(OpenAiAdapter, SequentialRequestsReuseOneConnection) {
+  SimBackend backend;
+  OpenAiOptions o = options_for(backend.url());
+  o.scrape_interval = Duration::zero();
+  OpenAiEngine adapter(o);
+  for (int i = 0; i < 20; ++i) {
+    auto [s, f] = sink();
+    adapter.submit(chat("again " + std::to_string(i), 4, i % 2 == 0), s);
+    ASSERT_TRUE(await(f).result);
+  }
+  EXPECT_EQ(adapter.connections_opened(), 1u);
+}
+
 TEST(OpenAiAdapter, SixtyFourConcurrentStreams) {
   SimBackend backend;
   OpenAiEngine adapter(options_for(backend.url()));
