@@ -1,5 +1,7 @@
 #include "engines/sim/engine.hpp"
 
+#include <utility>
+
 namespace dynrt::engines::sim {
 
 SimEngine::SimEngine(SimParams params, Script script, SimEngineOptions options)
@@ -71,7 +73,7 @@ SimTime SimEngine::simulated_now() const {
 
 void SimEngine::drain() {
   std::unique_lock lock(mutex_);
-  idle_.wait(lock, [&] { return sinks_.empty() || stop_; });
+  idle_.wait(lock, [&] { return (sinks_.empty() && !delivering_) || stop_; });
 }
 
 void SimEngine::run() {
@@ -109,7 +111,9 @@ void SimEngine::run() {
       }
     }
     events.clear();
-    // Callbacks run without the lock, so a sink may submit or cancel from inside them.
+    // Callbacks run without the lock, so a sink may submit or cancel from inside them; drain()
+    // waits for them too, so a drained engine makes no further calls into its sinks.
+    delivering_ = !ready.empty();
     lock.unlock();
     for (auto& [sink, e] : ready) {
       switch (e.type) {
@@ -126,6 +130,7 @@ void SimEngine::run() {
     }
     ready.clear();
     lock.lock();
+    if (std::exchange(delivering_, false)) idle_.notify_all();
   }
   idle_.notify_all();
 }

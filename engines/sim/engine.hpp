@@ -39,7 +39,8 @@ class SimEngine final : public Engine {
 
   SimCounters counters() const;
   SimTime simulated_now() const;
-  // Blocks until no request is in flight (for tests and clean shutdowns).
+  // Blocks until no request is in flight and every callback has returned (for tests and
+  // clean shutdowns: after it, the engine holds no sink and calls none).
   void drain();
 
  private:
@@ -56,6 +57,7 @@ class SimEngine final : public Engine {
   std::chrono::steady_clock::time_point real_start_;
   SimTime jump_{0};  // simulated time reached by jumping (time scale 0)
   bool stop_ = false;
+  bool delivering_ = false;  // callbacks are running outside the lock
   std::thread thread_;
 };
 
