@@ -6,6 +6,8 @@
 
 #include <boost/asio.hpp>
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -58,8 +60,11 @@ class FaultyServer {
     acceptor_.close(ec);
     {
       std::lock_guard lock(mutex_);
-      for (auto& s : sockets_)
-        s->close(ec);  // unblocks handlers waiting on the network
+      // shutdown() unblocks handlers waiting on the network without closing a socket they
+      // may be using; the sockets close once their handlers are joined.
+      for (auto& s : sockets_) {
+        if (s->is_open()) ::shutdown(s->native_handle(), SHUT_RDWR);
+      }
     }
     for (auto& t : handlers_)
       t.join();
@@ -180,6 +185,7 @@ class FaultyServer {
       case Mode::stream_reset: {
         write(s, sse_head + chunk(event));
         boost::system::error_code ec;
+        std::lock_guard lock(mutex_);  // the destructor closes sockets under it too
         s.set_option(boost::asio::socket_base::linger(true, 0), ec);  // close with RST
         s.close(ec);
         break;
