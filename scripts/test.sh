@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs the Debian dependencies, builds everything with warnings as
 # errors, runs every ctest test (unit, golden, CLI, schema, fuzz-corpus replay), then fuzzes
-# the template parser for DYNRT_FUZZ_SECONDS (default 30; 0 skips it). .ci/run calls this.
+# the engines' tests under ThreadSanitizer (DYNRT_TSAN=0 skips it), then fuzzes the template
+# parser for DYNRT_FUZZ_SECONDS (default 30; 0 skips it). .ci/run calls this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="$(nproc)"
@@ -9,6 +10,9 @@ jobs="$(nproc)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDYNRT_BUILD_TESTS=ON -DDYNRT_WERROR=ON
 cmake --build build -j"$jobs"
 (cd build && ctest -j"$jobs" --output-on-failure --timeout 900)
+if [ "${DYNRT_TSAN:-1}" != 0 ]; then
+  ./scripts/sanitize.sh thread engines_tests
+fi
 fuzz_seconds="${DYNRT_FUZZ_SECONDS:-30}"
 if [ "$fuzz_seconds" -gt 0 ]; then
   ./scripts/fuzz.sh "$fuzz_seconds"

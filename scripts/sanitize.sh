@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds the tests with a sanitizer and runs them: `scripts/sanitize.sh thread [TARGET...]`
+# or `scripts/sanitize.sh address,undefined [TARGET...]`. With targets, only those test
+# binaries are built and run (the test script runs `thread engines_tests`: the engines are the
+# multithreaded layer); without, every ctest test. Build trees: build-san-<sanitizer>/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sanitizer="${1:?usage: scripts/sanitize.sh thread|address,undefined [TARGET...]}"
+shift
+dir="build-san-${sanitizer//,/-}"
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDYNRT_BUILD_TESTS=ON \
+  -DDYNRT_BUILD_BENCH=OFF -DDYNRT_SANITIZE="$sanitizer" >/dev/null
+export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+if [ "$#" -eq 0 ]; then
+  cmake --build "$dir" -j"$(nproc)"
+  (cd "$dir" && ctest -j"$(nproc)" --output-on-failure --timeout 900)
+else
+  cmake --build "$dir" -j"$(nproc)" --target "$@" dynrt-sim-engine
+  for t in "$@"; do "./$dir/$t"; done
+fi
+echo "sanitize.sh: $sanitizer clean"
