@@ -469,6 +469,11 @@ std::size_t Store::discard(EntryRef ref) {
   return remove(ref.index, RemovalReason::discarded);
 }
 
+std::size_t Store::drop(EntryRef ref) {
+  if (!live(ref)) return 0;
+  return remove(ref.index, RemovalReason::discarded);
+}
+
 std::size_t Store::discard_branch(std::uint64_t branch, std::span<const EntryRef> keep) {
   const auto it = branch_shadows_.find(branch);
   if (it == branch_shadows_.end()) return 0;

@@ -183,6 +183,9 @@ class Store {
 
   // Removes one shadow (an exclusive branch's loser) and whatever only it produced.
   std::size_t discard(EntryRef ref);
+  // Removes one entry in any state, with the cascade (a result that must not be served again:
+  // a promoted shadow when cross-request reuse is off). Reported as discarded.
+  std::size_t drop(EntryRef ref);
   // Removes every shadow of `branch` except those in `keep`.
   std::size_t discard_branch(std::uint64_t branch, std::span<const EntryRef> keep = {});
   // Removes entries whose TTL has passed, examining at most `max_examined` slots per call
