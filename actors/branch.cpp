@@ -1,0 +1,320 @@
+#include "actors/branch.hpp"
+
+#include "actors/fill.hpp"
+#include "runtime/predictor.hpp"
+
+#include <chrono>
+
+namespace dynrt::actors {
+
+using namespace caf;
+using branch::FillStatus;
+using branch::Outcome;
+
+namespace {
+
+struct BranchActorState {
+  BranchInitPtr init;
+  std::unique_ptr<branch::BranchState> branch;
+  std::map<branch::FillId, caf::actor> fills;
+  std::vector<dsl::StageId> chain;
+  std::chrono::steady_clock::time_point started;
+  bool gated_open = false;  // Action 0 opened it: the controller tracks it
+  bool settled = false;
+  // drafter sampling
+  std::vector<std::string> votes;
+  int samples_out = 0;
+  bool proposed = false;
+  static inline const char* name = "dynrt.branch";
+};
+
+using Self = stateful_actor<BranchActorState>*;
+
+const dsl::Decision& decision_of(const BranchActorState& st) {
+  return st.init->graph->decisions[st.init->decision];
+}
+
+void maybe_settle(Self self, bool force = false) {
+  auto& st = self->state;
+  if (st.settled) return;
+  if (!force && !st.branch->settleable()) return;
+  const auto& svc = *st.init->services;
+  // Whatever still runs (a forced settle) is cancelled, and its reservation returned now.
+  for (const auto& f : st.branch->fills())
+    if (f.status == FillStatus::running) {
+      if (auto it = st.fills.find(f.id); it != st.fills.end())
+        self->send(it->second, fcancel_atom::value);
+      if (const auto res = st.branch->finished(f.id, FillStatus::cancelled, Duration{0}); res != 0)
+        self->send(svc.pricing, release_atom::value, res);
+    }
+  st.settled = true;
+  auto fb = std::make_shared<branch::Feedback>(st.branch->settle());
+  ++svc.counters->branches_settled;
+  // Engine time nobody consumed: every fill's, less the consumed winner's.
+  double wasted = fb->fill_ms;
+  if (fb->consumed)
+    if (const auto* w = st.branch->winner())
+      wasted -= std::chrono::duration<double, std::milli>(w->engine_time).count();
+  if (wasted > 0) svc.counters->wasted_us += static_cast<std::int64_t>(wasted * 1000);
+  if (st.gated_open) self->send(svc.pricing, settle_atom::value, st.branch->id());
+  self->send(st.init->workflow, settle_atom::value, st.branch->id(), FeedbackPtr(fb));
+  self->quit();
+}
+
+void spawn_fills(Self self, const AdmitReply& admitted) {
+  auto& st = self->state;
+  const auto& svc = *st.init->services;
+  for (const auto& [rank, reservation] : admitted.admitted) {
+    if (rank >= st.branch->candidates().size()) continue;
+    const std::uint64_t id = svc.counters->next_id++;
+    st.branch->admit(id, rank, reservation);
+    auto init = std::make_shared<FillInit>();
+    init->id = id;
+    init->branch = st.branch->id();
+    init->rank = rank;
+    init->candidate = st.branch->candidates()[rank];
+    init->graph = st.init->graph;
+    init->decision = st.init->decision;
+    init->chain = st.chain;
+    init->bindings = st.init->bindings;
+    init->bindings[decision_of(st).name] = init->candidate;
+    init->producers = st.init->producers;
+    init->producers.erase(decision_of(st).name);
+    init->workflow = st.init->workflow;
+    init->branch_actor = self;
+    init->services = st.init->services;
+    ++svc.counters->fills_issued;
+    st.fills.emplace(id, spawn_fill_actor(self, std::move(init)));
+  }
+}
+
+// The ranking is in: Action 0, then Action 1.
+void proposed(Self self, std::vector<std::string> candidates) {
+  auto& st0 = self->state;
+  if (st0.proposed) return;
+  st0.proposed = true;
+  const auto setup = std::chrono::steady_clock::now() - st0.started;
+  st0.branch->propose(std::move(candidates), setup);
+  if (st0.branch->candidates().empty() || st0.branch->phase() != branch::Phase::filling) {
+    return maybe_settle(self);  // nothing to fill (settles once resolved)
+  }
+  const auto& svc = *st0.init->services;
+  ++svc.counters->branches_opened;
+  self->request(svc.pricing, infinite, gate_atom::value, st0.branch->id(), st0.branch->coordinate())
+      .then(
+          [=](GateReply& gate) {
+            auto& st = self->state;
+            if (!gate.open) {
+              ++svc.counters->branches_gated;
+              return maybe_settle(self);
+            }
+            st.gated_open = true;
+            self->send(svc.pricing, setup_atom::value, st.branch->id(),
+                       static_cast<std::int64_t>(setup.count()));
+            if (st.branch->phase() != branch::Phase::filling) return maybe_settle(self);
+            auto req = std::make_shared<AdmitRequest>();
+            req->branch = st.branch->id();
+            Hashes chain;
+            for (const auto s : st.chain)
+              chain.push_back(st.init->graph->stages[s].fingerprint);
+            req->chains.assign(st.branch->candidates().size(), chain);
+            req->max_fills = decision_of(st).limits.max_fills;
+            self->request(svc.pricing, infinite, admit_atom::value, AdmitRequestPtr(req))
+                .then(
+                    [=](AdmitReply& reply) {
+                      if (self->state.branch->phase() == branch::Phase::filling) {
+                        spawn_fills(self, reply);
+                      } else {
+                        for (const auto& [rank, res] : reply.admitted)
+                          self->send(svc.pricing, release_atom::value, res);
+                      }
+                      maybe_settle(self);
+                    },
+                    [=](error&) { maybe_settle(self); });
+          },
+          [=](error&) { maybe_settle(self); });
+}
+
+void draft(Self self) {
+  auto& st = self->state;
+  const auto& d = decision_of(st);
+  const auto& src = d.candidates;
+  const auto& svc = *st.init->services;
+  // The drafter's request, rendered like a model stage of its own.
+  dsl::Stage stage;
+  stage.kind = dsl::StageKind::model;
+  stage.model = src.model;
+  stage.params = src.params;
+  stage.request = src.request;
+  auto rendered = dsl::render_stage(stage, st.init->bindings);
+  if (!rendered) return proposed(self, {});
+  auto executor = svc.executor_for(rendered->endpoint, rendered->body);
+  if (!executor) return proposed(self, {});
+  const int n = std::max(1, src.samples);
+  for (int i = 0; i < n; ++i) {
+    auto exec = std::make_shared<Exec>();
+    exec->endpoint = rendered->endpoint;
+    exec->body = rendered->body;
+    exec->kind = engines::RequestKind::fill;
+    exec->priority = svc.switches.fill_priority;
+    exec->id = "dynrt-draft-" + std::to_string(st.branch->id()) + "-" + std::to_string(i);
+    exec->reply_to = self;
+    exec->tag = static_cast<std::uint64_t>(i);
+    self->send(executor, exec_atom::value, ExecPtr(exec));
+  }
+  st.samples_out = n;
+  self->delayed_send(self, std::chrono::milliseconds(std::max(1, src.timeout_ms)),
+                     expire_atom::value, std::int32_t{-1});
+}
+
+void propose(Self self) {
+  auto& st = self->state;
+  const auto& d = decision_of(st);
+  const auto& src = d.candidates;
+  PredictorContext ctx;
+  ctx.vocabulary = src.values;
+  ctx.max = static_cast<std::size_t>(std::max(0, src.max));
+  switch (src.kind) {
+    case dsl::CandidateSourceKind::static_list:
+      return proposed(self, StaticPredictor().rank(d.coordinate, ctx));
+    case dsl::CandidateSourceKind::extract:
+      if (st.init->source_output)
+        ctx.observed = dsl::extract_candidates(src, *st.init->source_output);
+      return proposed(self, FromOutputPredictor().rank(d.coordinate, ctx));
+    case dsl::CandidateSourceKind::learned:
+      self->request(st.init->services->pricing, infinite, rank_atom::value, d.coordinate,
+                    std::make_shared<const PredictorContext>(std::move(ctx)))
+          .then([=](Strings& ranked) { proposed(self, std::move(ranked)); },
+                [=](error&) { proposed(self, {}); });
+      return;
+    case dsl::CandidateSourceKind::drafter:
+      return draft(self);
+  }
+}
+
+void drafted(Self self) {
+  auto& st = self->state;
+  const auto& d = decision_of(st);
+  PredictorContext ctx;
+  ctx.observed = st.votes;
+  ctx.max = static_cast<std::size_t>(std::max(0, d.candidates.max));
+  proposed(self, DrafterPredictor().rank(d.coordinate, ctx));
+}
+
+behavior branch_actor(Self self, BranchInitPtr init) {
+  auto& st0 = self->state;
+  st0.init = init;
+  const auto& d = init->graph->decisions[init->decision];
+  st0.branch = std::make_unique<branch::BranchState>(init->id, d.coordinate,
+                                                     d.promotion == dsl::Promotion::exclusive);
+  st0.chain = fill_chain(*init->graph, d);
+  st0.started = std::chrono::steady_clock::now();
+  // A fill that dies abnormally is a failed fill, not a reason for the branch to die; an exit
+  // from the workflow (shutdown) ends the branch with it.
+  self->set_exit_handler([=](exit_msg& msg) {
+    if (msg.source == self->state.init->workflow.address()) {
+      maybe_settle(self, true);  // returns the reservations of fills still running
+      return self->quit(msg.reason);
+    }
+    for (auto& [id, a] : self->state.fills)
+      if (a.address() == msg.source && msg.reason) {
+        if (const auto res = self->state.branch->finished(id, FillStatus::failed, Duration{0}))
+          self->send(self->state.init->services->pricing, release_atom::value, res);
+        maybe_settle(self);
+      }
+  });
+  self->send(self, fstart_atom::value);
+  return {
+      [=](fstart_atom) { propose(self); },
+      // drafter samples
+      [=](engdone_atom, std::uint64_t, const ExecResultPtr& r) {
+        auto& st = self->state;
+        if (st.proposed) return;
+        if (r->ok) {
+          const auto doc = nlohmann::json::parse(r->result.body, nullptr, false);
+          if (!doc.is_discarded()) {
+            const auto sel = dsl::read_selection(decision_of(st), doc);
+            if (sel.status == dsl::SelectionResult::Status::selected) st.votes.push_back(sel.value);
+          }
+        }
+        if (--st.samples_out <= 0) drafted(self);
+      },
+      [=](std::uint64_t) {},  // a drafter sample's engine handle
+      [=](fstored_atom, std::uint64_t fill, const csl::EntryRef& ref) {
+        auto& st = self->state;
+        if (!st.branch->stored(fill, ref))
+          self->send(st.init->services->csl, drop_atom::value, EntryRefs{ref});
+      },
+      [=](fdone_atom, std::uint64_t fill, std::int32_t status, std::int64_t engine_ns) {
+        auto& st = self->state;
+        if (const auto res =
+                st.branch->finished(fill, static_cast<FillStatus>(status), Duration(engine_ns)))
+          self->send(st.init->services->pricing, release_atom::value, res);
+        st.fills.erase(fill);
+        maybe_settle(self);
+      },
+      [=](resolve_atom, std::int32_t outcome, const std::string& selection) {
+        auto& st = self->state;
+        const auto& svc = *st.init->services;
+        if (!st.proposed) {
+          // Resolved before the predictor answered (a fast decider): nothing to fill.
+          st.proposed = true;
+          st.branch->propose({}, std::chrono::steady_clock::now() - st.started);
+        }
+        const auto res = st.branch->resolve(static_cast<Outcome>(outcome), selection);
+        for (const auto id : res.cancel)
+          if (auto it = st.fills.find(id); it != st.fills.end())
+            self->send(it->second, fcancel_atom::value);
+        if (!res.discard.empty()) self->send(svc.csl, drop_atom::value, EntryRefs(res.discard));
+        const bool readable =
+            res.outcome == Outcome::selected || res.outcome == Outcome::unpredicted;
+        if (readable)
+          self->send(
+              svc.pricing, learn_atom::value, st.branch->id(), st.branch->coordinate(), selection,
+              res.selected_rank ? static_cast<std::int64_t>(*res.selected_rank) : std::int64_t{-1},
+              st.gated_open);
+        self->delayed_send(self, svc.switches.settle_after, expire_atom::value, std::int32_t{0});
+        maybe_settle(self);
+      },
+      [=](demanded_atom, bool consumed, double saved_ms, double wait_ms) {
+        auto& st = self->state;
+        const auto& svc = *st.init->services;
+        st.branch->demanded(consumed, saved_ms, wait_ms);
+        if (const auto* w = st.branch->winner()) {
+          if (consumed) ++svc.counters->fills_consumed;
+          if (st.gated_open)
+            self->send(svc.pricing, usable_atom::value, st.branch->id(),
+                       static_cast<std::uint64_t>(w->rank), consumed,
+                       consumed ? saved_ms : wait_ms);
+        }
+        maybe_settle(self);
+      },
+      [=](abandon_atom) {
+        auto& st = self->state;
+        if (st.branch->phase() != branch::Phase::resolved) {
+          // Never resolved: nothing of it may ever be promoted.
+          std::vector<csl::EntryRef> all;
+          for (const auto& f : st.branch->fills())
+            all.insert(all.end(), f.shadows.begin(), f.shadows.end());
+          if (!all.empty()) self->send(st.init->services->csl, drop_atom::value, EntryRefs(all));
+        }
+        maybe_settle(self, true);
+      },
+      [=](expire_atom, std::int32_t which) {
+        auto& st = self->state;
+        if (which < 0) {
+          if (!st.proposed) drafted(self);  // the drafter's time box
+          return;
+        }
+        maybe_settle(self, true);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_branch_actor(event_based_actor* parent, BranchInitPtr init) {
+  return parent->spawn<linked>(branch_actor, std::move(init));
+}
+
+}  // namespace dynrt::actors

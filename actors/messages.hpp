@@ -1,0 +1,242 @@
+// The messages of the actor graph (docs/architecture.md). Internal to actors/.
+//
+// CAF 0.17 sends local messages without serialization, so payloads are plain structs whitelisted
+// with CAF_ALLOW_UNSAFE_MESSAGE_TYPE; anything large or JSON travels as shared_ptr<const T>
+// (messages are copy-on-write tuples and must be copyable). Atoms are at most 10 characters and
+// spelled so they do not collide with CAF's own.
+#pragma once
+
+#include "actors/reply.hpp"
+#include "actors/runtime.hpp"
+#include "dsl/render.hpp"
+#include "dsl/template_graph.hpp"
+#include "engines/engine.hpp"
+#include "runtime/branch/branch.hpp"
+#include "runtime/csl/store.hpp"
+#include "runtime/predictor.hpp"
+
+#include <caf/all.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dynrt::actors {
+
+// -- atoms ------------------------------------------------------------------------------------
+using demand_atom = caf::atom_constant<caf::atom("demand")>;    // root, workflow: a call
+using exec_atom = caf::atom_constant<caf::atom("exec")>;        // engine: run a request
+using engdone_atom = caf::atom_constant<caf::atom("engdone")>;  // engine -> requester
+using abort_atom = caf::atom_constant<caf::atom("abort")>;      // engine: cancel a handle
+using serve_atom = caf::atom_constant<caf::atom("serve")>;      // csl: probe / promote
+using snap_atom = caf::atom_constant<caf::atom("snap")>;        // csl: read versions
+using store_atom = caf::atom_constant<caf::atom("store")>;      // csl: insert
+using drop_atom = caf::atom_constant<caf::atom("drop")>;        // csl: discard shadows
+using write_atom = caf::atom_constant<caf::atom("write")>;      // csl, root: records written
+using stats_atom = caf::atom_constant<caf::atom("stats")>;
+using gate_atom = caf::atom_constant<caf::atom("gate")>;         // pricing: Action 0
+using rank_atom = caf::atom_constant<caf::atom("rank")>;         // pricing: frequency ranking
+using admit_atom = caf::atom_constant<caf::atom("admit")>;       // pricing: Action 1
+using setup_atom = caf::atom_constant<caf::atom("setup")>;       // pricing: predictor time
+using learn_atom = caf::atom_constant<caf::atom("learn")>;       // pricing: a resolution
+using usable_atom = caf::atom_constant<caf::atom("usable")>;     // pricing: consumed / missed
+using release_atom = caf::atom_constant<caf::atom("release")>;   // pricing: a fill ended
+using settle_atom = caf::atom_constant<caf::atom("settle")>;     // pricing, workflow
+using cost_atom = caf::atom_constant<caf::atom("cost")>;         // pricing: an execution's cost
+using canon_atom = caf::atom_constant<caf::atom("canon")>;       // pricing: canonical in flight
+using resolve_atom = caf::atom_constant<caf::atom("bresolve")>;  // branch: the selection
+using demanded_atom = caf::atom_constant<caf::atom("bdemand")>;  // branch: its demand came
+using abandon_atom = caf::atom_constant<caf::atom("babandon")>;  // branch: give up
+using expire_atom = caf::atom_constant<caf::atom("bexpire")>;    // branch: settle deadline
+using fstart_atom = caf::atom_constant<caf::atom("fstart")>;     // fill -> workflow
+using fend_atom = caf::atom_constant<caf::atom("fend")>;         // fill -> workflow
+using fstored_atom = caf::atom_constant<caf::atom("fstored")>;   // fill -> branch
+using fdone_atom = caf::atom_constant<caf::atom("fdone")>;       // fill -> branch
+using fcancel_atom = caf::atom_constant<caf::atom("fcancel")>;   // branch -> fill
+using waitend_atom = caf::atom_constant<caf::atom("waitend")>;   // workflow: a wait's bound
+using idle_atom = caf::atom_constant<caf::atom("idle")>;         // workflow <-> root
+using stop_atom = caf::atom_constant<caf::atom("stopwf")>;       // root -> workflow
+
+// -- shared services --------------------------------------------------------------------------
+
+// Counters every actor bumps (metrics only; no actor reads another's state through them).
+struct Counters {
+  std::atomic<std::uint64_t> requests{0}, served_engine{0}, served_fill{0}, served_cache{0},
+      passthrough{0}, errors{0}, waits{0}, wait_timeouts{0}, branches_opened{0}, branches_gated{0},
+      branches_settled{0}, fills_issued{0}, fills_suppressed{0}, fills_completed{0},
+      fills_failed{0}, fills_cancelled{0}, fills_consumed{0}, shadows_stored{0},
+      shadows_discarded{0}, writes{0}, workflows_live{0};
+  std::atomic<std::uint64_t> next_id{1};  // branch and fill ids, unique in the process
+  std::atomic<std::int64_t> saved_us{0}, wasted_us{0};
+};
+
+struct Switches {
+  bool reuse = true;
+  bool fills = true;
+  int fill_priority = 10;
+  std::chrono::milliseconds settle_after{30'000};
+  std::chrono::milliseconds workflow_idle{60'000};
+};
+
+// Handles every workflow, branch and fill actor uses.
+struct Services {
+  caf::actor csl;
+  caf::actor pricing;
+  caf::actor tools;                            // tool calls (may be invalid: no tools)
+  caf::actor default_engine;                   // models no binding names
+  std::map<std::string, caf::actor> by_model;  // model -> engine actor
+  std::shared_ptr<Counters> counters;
+  Switches switches;
+
+  // The actor that runs `endpoint` with `body` (a model's engine, or the tools).
+  caf::actor executor_for(const std::string& endpoint, const nlohmann::json& body) const;
+};
+using ServicesPtr = std::shared_ptr<const Services>;
+
+// -- engine -----------------------------------------------------------------------------------
+
+struct Exec {
+  std::string endpoint;
+  nlohmann::json body;
+  engines::RequestKind kind = engines::RequestKind::canonical;
+  int priority = 0;
+  std::string id;
+  caf::actor reply_to;  // receives (engdone_atom, tag, ExecResultPtr)
+  std::uint64_t tag = 0;
+  std::shared_ptr<ReplySink> stream_to;  // chunks forwarded as they arrive
+  std::shared_ptr<ReplySink> answer_to;  // pass-through: the final answer goes here directly
+};
+using ExecPtr = std::shared_ptr<const Exec>;
+
+struct ExecResult {
+  bool ok = false;
+  engines::EngineResult result;
+  engines::EngineError error;
+};
+using ExecResultPtr = std::shared_ptr<const ExecResult>;
+
+// -- csl --------------------------------------------------------------------------------------
+
+struct ServeReply {
+  bool found = false;
+  bool promoted = false;  // a shadow promoted by this demand (else a confirmed hit)
+  csl::EntryRef ref;
+  std::shared_ptr<const std::string> bytes;
+  csl::Usage usage;
+  Duration cost{0};
+  csl::Provenance provenance;
+};
+
+using InsertPtr = std::shared_ptr<const csl::Insert>;
+using ReadRefs = std::vector<csl::ReadRef>;
+using EntryRefs = std::vector<csl::EntryRef>;
+using Strings = std::vector<std::string>;
+using Hashes = std::vector<Hash128>;
+
+struct CslSnapshot {
+  csl::Stats stats;
+  std::size_t entries = 0;
+  std::size_t shadows = 0;
+  std::size_t bytes = 0;
+};
+
+// -- pricing ----------------------------------------------------------------------------------
+
+struct GateReply {
+  bool open = false;
+  int reason = 0;  // admission::GateReason
+};
+
+struct AdmitRequest {
+  std::uint64_t branch = 0;
+  std::vector<Hashes> chains;  // per candidate, by rank: its chain's stage fingerprints
+  int max_fills = 0;
+};
+using AdmitRequestPtr = std::shared_ptr<const AdmitRequest>;
+
+struct AdmitReply {
+  std::vector<std::pair<std::size_t, std::uint64_t>> admitted;  // (rank, reservation)
+};
+
+struct PricingSnapshot {
+  admission::AdmissionStats stats;
+  double envelope = 0;
+  int fills_in_flight = 0;
+};
+
+using FeedbackPtr = std::shared_ptr<const branch::Feedback>;
+using PredictorContextPtr = std::shared_ptr<const PredictorContext>;
+
+// -- workflow, branch, fill -------------------------------------------------------------------
+
+// One call in flight.
+struct Demand {
+  std::uint64_t id = 0;
+  Request request;
+  std::shared_ptr<ReplySink> sink;
+  TimePoint arrived{};
+};
+using DemandPtr = std::shared_ptr<Demand>;
+
+using GraphPtr = std::shared_ptr<const dsl::TemplateGraph>;
+using Producers = std::map<std::string, csl::EntryRef>;  // variable -> the entry that made it
+
+struct BranchInit {
+  std::uint64_t id = 0;
+  GraphPtr graph;
+  dsl::DecisionId decision = dsl::kNoId;
+  dsl::Bindings bindings;  // the run's variables when the decision point was reached
+  Producers producers;
+  std::shared_ptr<const nlohmann::json> source_output;  // extract: the source stage's output
+  caf::actor workflow;
+  ServicesPtr services;
+};
+using BranchInitPtr = std::shared_ptr<const BranchInit>;
+
+struct FillInit {
+  std::uint64_t id = 0;
+  std::uint64_t branch = 0;
+  std::size_t rank = 0;
+  std::string candidate;
+  GraphPtr graph;
+  dsl::DecisionId decision = dsl::kNoId;
+  std::vector<dsl::StageId> chain;
+  dsl::Bindings bindings;  // with the decision's variable set to the candidate
+  Producers producers;
+  caf::actor workflow;
+  caf::actor branch_actor;
+  ServicesPtr services;
+};
+using FillInitPtr = std::shared_ptr<const FillInit>;
+
+// Whether stage `s` of `g` may run as a fill or be served from the library.
+bool reusable(const dsl::Stage& s);
+// The speculable prefix of a decision's downstream, at most its max_chain stages.
+std::vector<dsl::StageId> fill_chain(const dsl::TemplateGraph& g, const dsl::Decision& d);
+// The effective limits of a decision (its own, else the template's).
+const dsl::SpeculationLimits& limits_of(const dsl::TemplateGraph& g, const dsl::Decision& d);
+
+}  // namespace dynrt::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::Hash128)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::csl::EntryRef)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::csl::InsertResult)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::ServicesPtr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::ExecPtr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::ExecResultPtr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::ServeReply)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::InsertPtr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::ReadRefs)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::EntryRefs)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::Hashes)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::CslSnapshot)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::GateReply)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::AdmitRequestPtr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::AdmitReply)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::PricingSnapshot)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::FeedbackPtr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::PredictorContextPtr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::DemandPtr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::BranchInitPtr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::FillInitPtr)

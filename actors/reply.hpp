@@ -1,0 +1,61 @@
+// Answering a call: the sink that delivers a Reply exactly once, replaying a stored result as
+// a stream, and the OpenAI error shape.
+//
+// ReplySink is shared by whoever may answer (an actor, an engine's thread forwarding chunks);
+// the first done() wins and later ones are ignored. A sink destroyed unanswered (its actor
+// died, the runtime shut down) answers 503, so no caller waits forever. Thread-safe.
+#pragma once
+
+#include "actors/runtime.hpp"
+#include "engines/engine.hpp"
+
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dynrt::actors {
+
+class ReplySink {
+ public:
+  // `endpoint` and `body` are the call's: whether it streams, and in which shape.
+  ReplySink(ReplyCallbacks callbacks, std::string endpoint, const nlohmann::json& body);
+  ~ReplySink();
+  ReplySink(const ReplySink&) = delete;
+  ReplySink& operator=(const ReplySink&) = delete;
+
+  bool stream() const { return stream_; }
+  void chunk(std::string_view data);
+  // True if this call delivered the answer (false: it was already answered). A result served
+  // from a fill or the library is replayed as chunks first when the call streams.
+  bool done(Reply reply);
+  bool answered() const;
+  // Chunks were already sent (a retry or a replay must not start over).
+  bool streamed() const;
+
+ private:
+  mutable std::mutex mutex_;
+  ReplyCallbacks callbacks_;
+  std::string endpoint_;
+  bool stream_ = false;
+  bool include_usage_ = false;
+  bool answered_ = false;
+  bool chunks_sent_ = false;
+};
+
+// The SSE data payloads a live engine would have streamed for `body` (a complete chat or
+// completions response): the role chunk, the text in pieces of a few words, the finish chunk,
+// and the usage chunk when `include_usage`. The concatenated text equals the body's.
+std::vector<std::string> replay_chunks(std::string_view endpoint, std::string_view body,
+                                       bool include_usage);
+
+// {"error": {"message", "type", "code"}}.
+std::string error_body(std::string_view message, std::string_view type, int code);
+// An engine failure as a Reply: the engine's own status and body for an HTTP error, 504 for a
+// timeout, 502 for the rest, 503 for a cancelled or stopped request.
+Reply error_reply(const engines::EngineError& error);
+Reply error_reply(int status, std::string_view type, std::string message);
+
+bool include_usage(const nlohmann::json& body);
+
+}  // namespace dynrt::actors

@@ -1,0 +1,331 @@
+#include "actors/runtime.hpp"
+
+#include "actors/messages.hpp"
+#include "actors/reply.hpp"
+#include "actors/services.hpp"
+#include "actors/workflow.hpp"
+#include "dsl/lint.hpp"
+#include "dsl/report.hpp"
+
+#include <caf/all.hpp>
+
+#include <atomic>
+#include <mutex>
+#include <unordered_map>
+
+namespace dynrt {
+
+using namespace caf;
+using namespace dynrt::actors;
+
+namespace {
+
+using services_atom = atom_constant<atom("services")>;
+
+struct RootInit {
+  std::map<std::string, GraphPtr> graphs;  // by workflow name
+  RuntimeConfig config;
+  std::shared_ptr<Counters> counters;
+};
+
+struct LiveWorkflow {
+  caf::actor actor;
+  std::uint64_t sent = 0;
+};
+
+struct RootState {
+  std::map<std::string, GraphPtr> graphs;
+  ServicesPtr services;
+  std::unordered_map<std::string, LiveWorkflow> workflows;
+  static inline const char* name = "dynrt.root";
+};
+
+// The root: owns the shared actors (linked, so one exit ends the graph) and routes each demand
+// to its workflow actor, spawning it on first use and ending it after its idle timeout.
+behavior root_actor(stateful_actor<RootState>* self, std::shared_ptr<const RootInit> init) {
+  self->state.graphs = init->graphs;
+  auto svc = std::make_shared<Services>();
+  const auto& cfg = init->config;
+  svc->counters = init->counters;
+  svc->switches.reuse = cfg.reuse;
+  svc->switches.fills = cfg.fills;
+  svc->switches.fill_priority = cfg.fill_priority;
+  svc->switches.settle_after = cfg.settle_after;
+  svc->switches.workflow_idle = cfg.workflow_idle;
+  PricingConfig pricing;
+  pricing.admission = cfg.admission;
+  pricing.costs = cfg.costs;
+  if (cfg.kv_tokens > 0) pricing.costs.kv_tokens = cfg.kv_tokens;
+  pricing.decode_slots = cfg.decode_slots;
+  for (std::size_t i = 0; i < cfg.engines.size(); ++i) {
+    const auto& b = cfg.engines[i];
+    auto a = spawn_engine_actor(self, b.engine, nullptr);
+    if (i == 0) svc->default_engine = a;
+    for (const auto& m : b.models)
+      svc->by_model.emplace(m, a);
+    pricing.engines.push_back(b.engine);
+  }
+  if (cfg.tools) svc->tools = spawn_engine_actor(self, nullptr, cfg.tools);
+  svc->csl = spawn_csl_actor(self, CslConfig{cfg.csl}, svc->counters);
+  svc->pricing = spawn_pricing_actor(self, std::move(pricing));
+  self->state.services = svc;
+  return {
+      [=](demand_atom, const DemandPtr& d) {
+        auto& st = self->state;
+        ++st.services->counters->requests;
+        const auto& tags = d->request.tags;
+        const auto g = st.graphs.find(tags.workflow);
+        if (tags.workflow_id.empty() || g == st.graphs.end()) {
+          pass_through(self, *st.services, d);
+          return;
+        }
+        const std::string key = tags.workflow + '\x1f' + tags.workflow_id;
+        auto& w = st.workflows[key];
+        if (!w.actor)
+          w.actor = spawn_workflow_actor(
+              self, WorkflowInit{key, tags.workflow_id, g->second, st.services, self});
+        ++w.sent;
+        self->send(w.actor, demand_atom::value, d);
+      },
+      // A workflow has been quiet; it ends only if nothing was sent to it since it said so.
+      [=](idle_atom, const std::string& key, std::uint64_t received) {
+        auto& st = self->state;
+        auto it = st.workflows.find(key);
+        if (it == st.workflows.end() || it->second.sent != received) return;
+        self->send(it->second.actor, stop_atom::value);
+        st.workflows.erase(it);
+      },
+      [=](write_atom, const Strings& keys) {
+        return self->delegate(self->state.services->csl, write_atom::value, keys);
+      },
+      [=](services_atom) { return self->state.services; },
+  };
+}
+
+std::string findings_text(const dsl::LintReport& report) {
+  if (report.count(dsl::Severity::error) == 0 && report.usage_errors.empty()) return {};
+  std::string out = dsl::format_text(report);
+  for (const auto& u : report.usage_errors)
+    out += u + "\n";
+  return out;
+}
+
+}  // namespace
+
+struct Runtime::Impl {
+  RuntimeConfig config;
+  std::vector<std::string> names;
+  std::shared_ptr<Counters> counters = std::make_shared<Counters>();
+  std::unique_ptr<actor_system_config> sys_config;
+  std::unique_ptr<actor_system> system;
+  caf::actor root;
+  ServicesPtr services;
+  std::atomic<std::uint64_t> next_demand{1};
+  std::mutex mutex;
+  bool stopped = false;
+  std::vector<std::weak_ptr<ReplySink>> sinks;  // unanswered calls, for shutdown
+  std::size_t sinks_pruned_at = 0;
+
+  void track(const std::shared_ptr<ReplySink>& s) {
+    std::lock_guard lock(mutex);
+    sinks.push_back(s);
+    if (sinks.size() >= 2 * sinks_pruned_at + 1024) {
+      std::erase_if(sinks, [](const auto& w) {
+        auto p = w.lock();
+        return !p || p->answered();
+      });
+      sinks_pruned_at = sinks.size();
+    }
+  }
+};
+
+Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config) {
+  if (config.engines.empty() || !config.engines.front().engine)
+    return make_error("dynrt::Runtime needs at least one engine");
+  auto init = std::make_shared<RootInit>();
+  std::vector<std::string> names;
+  auto add = [&](const dsl::LintReport& report) -> std::optional<Error> {
+    const std::string errors = findings_text(report);
+    if (!errors.empty()) return make_error("templates do not lint clean:\n" + errors);
+    for (const auto* g : report.graphs()) {
+      if (init->graphs.count(g->workflow))
+        return make_error("two templates define workflow \"" + g->workflow + "\"");
+      init->graphs.emplace(g->workflow, std::make_shared<const dsl::TemplateGraph>(*g));
+      names.push_back(g->workflow);
+    }
+    return std::nullopt;
+  };
+  if (!config.template_paths.empty())
+    if (auto e = add(dsl::lint_paths(config.template_paths))) return *e;
+  for (const auto& [name, text] : config.template_texts)
+    if (auto e = add(dsl::lint_text(name, text))) return *e;
+
+  auto impl = std::make_unique<Impl>();
+  impl->names = std::move(names);
+  impl->sys_config = std::make_unique<actor_system_config>();
+  impl->sys_config->set("scheduler.max-threads", std::max(1, config.threads));
+  impl->system = std::make_unique<actor_system>(*impl->sys_config);
+  init->config = config;
+  init->counters = impl->counters;
+  impl->config = std::move(config);
+  impl->root = impl->system->spawn(root_actor, std::shared_ptr<const RootInit>(init));
+  {
+    scoped_actor self{*impl->system};
+    self->request(impl->root, infinite, services_atom::value)
+        .receive([&](ServicesPtr& s) { impl->services = s; }, [&](error&) {});
+  }
+  if (!impl->services) return make_error("dynrt::Runtime: the actor graph did not start");
+  return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
+}
+
+Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Runtime::~Runtime() {
+  shutdown();
+}
+
+void Runtime::complete(Request request, ReplyCallbacks callbacks) {
+  auto sink = std::make_shared<ReplySink>(std::move(callbacks), request.endpoint, request.body);
+  {
+    std::lock_guard lock(impl_->mutex);
+    if (impl_->stopped) {
+      sink->done(error_reply(503, "service_unavailable", "dynrt is shutting down"));
+      return;
+    }
+  }
+  if (!request.body.is_object()) {
+    sink->done(error_reply(400, "invalid_request_error", "the request body must be a JSON object"));
+    return;
+  }
+  impl_->track(sink);
+  auto d = std::make_shared<Demand>();
+  d->id = impl_->next_demand++;
+  d->request = std::move(request);
+  d->sink = std::move(sink);
+  d->arrived = SteadyClock().now();
+  anon_send(impl_->root, demand_atom::value, DemandPtr(std::move(d)));
+}
+
+std::future<Reply> Runtime::complete(Request request) {
+  auto promise = std::make_shared<std::promise<Reply>>();
+  auto future = promise->get_future();
+  complete(std::move(request),
+           ReplyCallbacks{nullptr, [promise](Reply r) { promise->set_value(std::move(r)); }});
+  return future;
+}
+
+void Runtime::tool(std::string name, nlohmann::json arguments, Tags tags,
+                   ReplyCallbacks callbacks) {
+  complete(Request{"/v1/dynrt/tools/" + name, std::move(arguments), std::move(tags)},
+           std::move(callbacks));
+}
+
+std::future<Reply> Runtime::tool(std::string name, nlohmann::json arguments, Tags tags) {
+  return complete(Request{"/v1/dynrt/tools/" + name, std::move(arguments), std::move(tags)});
+}
+
+std::future<std::size_t> Runtime::write(std::vector<std::string> keys) {
+  auto promise = std::make_shared<std::promise<std::size_t>>();
+  auto future = promise->get_future();
+  {
+    std::lock_guard lock(impl_->mutex);
+    if (impl_->stopped) {
+      promise->set_value(0);
+      return future;
+    }
+  }
+  // A scoped actor would block the caller; a short-lived actor answers the promise instead.
+  impl_->system->spawn(
+      [promise, root = impl_->root, keys = std::move(keys)](event_based_actor* self) {
+        self->request(root, infinite, write_atom::value, keys)
+            .then([=](std::uint64_t removed) { promise->set_value(removed); },
+                  [=](error&) { promise->set_value(0); });
+      });
+  return future;
+}
+
+RuntimeStats Runtime::stats() const {
+  RuntimeStats s;
+  const auto& c = *impl_->counters;
+  s.requests = c.requests;
+  s.served_engine = c.served_engine;
+  s.served_fill = c.served_fill;
+  s.served_cache = c.served_cache;
+  s.passthrough = c.passthrough;
+  s.errors = c.errors;
+  s.waits = c.waits;
+  s.wait_timeouts = c.wait_timeouts;
+  s.branches_opened = c.branches_opened;
+  s.branches_gated = c.branches_gated;
+  s.branches_settled = c.branches_settled;
+  s.fills_issued = c.fills_issued;
+  s.fills_suppressed = c.fills_suppressed;
+  s.fills_completed = c.fills_completed;
+  s.fills_failed = c.fills_failed;
+  s.fills_cancelled = c.fills_cancelled;
+  s.fills_consumed = c.fills_consumed;
+  s.shadows_stored = c.shadows_stored;
+  s.shadows_discarded = c.shadows_discarded;
+  s.engine_ms_saved = static_cast<double>(c.saved_us.load()) / 1000;
+  s.engine_ms_wasted = static_cast<double>(c.wasted_us.load()) / 1000;
+  s.writes = c.writes;
+  s.workflows_live = c.workflows_live;
+  {
+    std::lock_guard lock(impl_->mutex);
+    if (impl_->stopped) return s;
+  }
+  scoped_actor self{*impl_->system};
+  self->request(impl_->services->csl, infinite, stats_atom::value)
+      .receive(
+          [&](CslSnapshot& snap) {
+            s.csl = snap.stats;
+            s.csl_entries = snap.entries;
+            s.csl_shadows = snap.shadows;
+            s.csl_bytes = snap.bytes;
+          },
+          [&](error&) {});
+  self->request(impl_->services->pricing, infinite, stats_atom::value)
+      .receive(
+          [&](PricingSnapshot& snap) {
+            s.admission = snap.stats;
+            s.envelope = snap.envelope;
+            s.fills_in_flight = snap.fills_in_flight;
+          },
+          [&](error&) {});
+  return s;
+}
+
+std::vector<std::string> Runtime::workflows() const {
+  return impl_->names;
+}
+
+const RuntimeConfig& Runtime::config() const {
+  return impl_->config;
+}
+
+void Runtime::shutdown() {
+  {
+    std::lock_guard lock(impl_->mutex);
+    if (impl_->stopped) return;
+    impl_->stopped = true;
+  }
+  // The root's exit reaches every actor through the links; fills and engine requests in
+  // flight are cancelled as their actors end.
+  anon_send_exit(impl_->root, exit_reason::user_shutdown);
+  impl_->root = nullptr;
+  impl_->services.reset();
+  impl_->system->await_all_actors_done();
+  // Calls whose answer was still to come from an engine get theirs now.
+  std::vector<std::weak_ptr<ReplySink>> sinks;
+  {
+    std::lock_guard lock(impl_->mutex);
+    sinks.swap(impl_->sinks);
+  }
+  for (auto& w : sinks)
+    if (auto s = w.lock())
+      s->done(
+          error_reply(503, "service_unavailable", "dynrt stopped before this call was answered"));
+  impl_->system.reset();
+}
+
+}  // namespace dynrt

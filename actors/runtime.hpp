@@ -1,0 +1,173 @@
+// dynrt::Runtime: the embedding API. A C++ service includes this header, constructs a Runtime
+// with its engines and templates, and sends its model and tool calls through it; the Runtime
+// assembles the actor graph (docs/architecture.md) and answers each call exactly as the engine
+// would have, faster when a fill or a reusable result already holds the answer.
+//
+//   auto rt = dynrt::Runtime::create(config);          // lints and compiles the templates
+//   if (!rt) { std::cerr << rt.error().message; ... }
+//   auto reply = (*rt)->complete({"/v1/chat/completions", body, {"routing", "run-1", "router"}});
+//   reply.get().body;                                  // the engine's exact response
+//
+// Tags name the workflow template, one run of it (the workflow id) and the stage; a call
+// without tags, or naming a workflow or stage no template has, passes straight through to its
+// engine. Switches turn exact reuse (C1) and fills (C2) on and off independently: with both
+// off the Runtime is the no-reuse floor.
+//
+// Threading: every method may be called from any thread and none blocks on engine work except
+// stats() (a short round trip to the actors) and the futures the caller waits on. Callbacks run
+// on an engine's or an actor's thread; they must not block. shutdown() (and the destructor)
+// cancels work in flight and completes every unanswered call with an error; it never hangs on
+// an engine.
+#pragma once
+
+#include "engines/engine.hpp"
+#include "engines/tools/tool.hpp"
+#include "runtime/admission/controller.hpp"
+#include "runtime/admission/cost_model.hpp"
+#include "runtime/csl/store.hpp"
+#include "runtime/expected.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dynrt {
+
+struct Tags {
+  std::string workflow;     // X-DynRT-Workflow: the template's workflow name
+  std::string workflow_id;  // X-DynRT-Workflow-Id: one run of it
+  std::string stage;        // X-DynRT-Stage: the stage this call is
+  bool empty() const { return workflow.empty() && workflow_id.empty() && stage.empty(); }
+};
+
+struct Request {
+  std::string endpoint = "/v1/chat/completions";  // or /v1/completions, /v1/dynrt/tools/<name>
+  nlohmann::json body;                            // the exact body (tool calls: the arguments)
+  Tags tags;
+};
+
+// How an answer was produced. The body never says; only this does.
+enum class Served {
+  engine,  ///< executed on the engine for this call (including pass-through)
+  fill,    ///< a speculative fill's result, promoted by this exact call
+  cache,   ///< a confirmed result from the Completed-Subgraph Library
+};
+std::string_view to_string(Served s);
+
+struct Reply {
+  int status = 200;  // the engine's status, or 502/504/503/400 for dynrt's own errors
+  std::string body;  // the complete response (for streamed calls too), or an OpenAI error body
+  engines::Usage usage;
+  std::string finish_reason;
+  Served served = Served::engine;
+  std::string error;  // empty when ok; otherwise what went wrong, for logs
+  bool ok() const { return error.empty(); }
+};
+
+// on_chunk: one SSE data payload of a streamed call (`"stream": true`), in order; a result
+// served from a fill or the library is replayed in the same chunk shape. on_done: exactly once.
+struct ReplyCallbacks {
+  std::function<void(std::string_view)> on_chunk;
+  std::function<void(Reply)> on_done;
+};
+
+struct EngineBinding {
+  std::string name;  // for logs and stats
+  std::shared_ptr<engines::Engine> engine;
+  std::vector<std::string> models;  // models it serves; the first binding also takes the rest
+};
+
+struct RuntimeConfig {
+  std::vector<EngineBinding> engines;                               // at least one
+  std::shared_ptr<engines::ToolEngine> tools;                       // tool stages and tool() calls
+  std::vector<std::string> template_paths;                          // files or folders, linted
+  std::vector<std::pair<std::string, std::string>> template_texts;  // (name, YAML) in memory
+  bool reuse = true;                                // C1: serve confirmed results across requests
+  bool fills = true;                                // C2: run fills while branches resolve
+  int threads = 2;                                  // CAF scheduler threads
+  std::chrono::milliseconds workflow_idle{60'000};  // a run's actor ends after this much quiet
+  std::chrono::milliseconds settle_after{30'000};  // a resolved branch stops waiting for its demand
+  int fill_priority = 10;  // engine priority of fills (canonical requests use 0)
+  int decode_slots = 0;    // the engines' decode slots for pricing; 0: from the engine's load
+  double kv_tokens = 0;    // the engines' KV pool in tokens for pricing; 0: from the engine
+  csl::Limits csl;
+  admission::AdmissionConfig admission;
+  admission::CostModelConfig costs;
+};
+
+struct RuntimeStats {
+  // demands
+  std::uint64_t requests = 0;
+  std::uint64_t served_engine = 0;
+  std::uint64_t served_fill = 0;
+  std::uint64_t served_cache = 0;
+  std::uint64_t passthrough = 0;  // untagged or unknown workflow or stage
+  std::uint64_t errors = 0;
+  std::uint64_t waits = 0;          // demands that waited for an in-flight fill
+  std::uint64_t wait_timeouts = 0;  // ... and ran normally after the bound
+  // branches and fills
+  std::uint64_t branches_opened = 0;  // a decision point was reached with candidates
+  std::uint64_t branches_gated = 0;   // Action 0 kept it closed
+  std::uint64_t branches_settled = 0;
+  std::uint64_t fills_issued = 0;
+  std::uint64_t fills_suppressed = 0;  // a library hit made the fill unnecessary
+  std::uint64_t fills_completed = 0;
+  std::uint64_t fills_failed = 0;
+  std::uint64_t fills_cancelled = 0;
+  std::uint64_t fills_consumed = 0;
+  std::uint64_t shadows_stored = 0;
+  std::uint64_t shadows_discarded = 0;
+  double engine_ms_saved = 0;   // engine time of results served without execution
+  double engine_ms_wasted = 0;  // engine time of fills nobody consumed
+  // writes
+  std::uint64_t writes = 0;
+  // library and admission
+  csl::Stats csl;
+  std::size_t csl_entries = 0;
+  std::size_t csl_shadows = 0;
+  std::size_t csl_bytes = 0;
+  admission::AdmissionStats admission;
+  double envelope = 0;  // the causal envelope rho_H now
+  int fills_in_flight = 0;
+  std::uint64_t workflows_live = 0;
+};
+
+class Runtime {
+ public:
+  // Lints and compiles the templates (an error-severity finding refuses them, with the
+  // findings in the message), then starts the actor graph.
+  static Expected<std::unique_ptr<Runtime>> create(RuntimeConfig config);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  void complete(Request request, ReplyCallbacks callbacks);
+  std::future<Reply> complete(Request request);
+  // A tool call: the same as complete() with endpoint /v1/dynrt/tools/<name>.
+  void tool(std::string name, nlohmann::json arguments, Tags tags, ReplyCallbacks callbacks);
+  std::future<Reply> tool(std::string name, nlohmann::json arguments, Tags tags = {});
+  // External records were written: every result that read an older version (and whatever
+  // descends from one) is removed before the future is ready. Returns the entries removed.
+  std::future<std::size_t> write(std::vector<std::string> keys);
+
+  RuntimeStats stats() const;
+  std::vector<std::string> workflows() const;  // the loaded templates' names
+  const RuntimeConfig& config() const;
+
+  // Stops the actor graph: fills are cancelled, unanswered calls complete with an error
+  // (status 503). Idempotent; the destructor calls it.
+  void shutdown();
+
+ private:
+  struct Impl;
+  explicit Runtime(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dynrt

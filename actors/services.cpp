@@ -1,0 +1,368 @@
+#include "actors/services.hpp"
+
+#include "actors/reply.hpp"
+#include "runtime/predictor.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <unordered_set>
+
+namespace dynrt::actors {
+
+using namespace caf;
+
+// -- helpers shared by the actors ---------------------------------------------------------------
+
+bool reusable(const dsl::Stage& s) {
+  return s.speculable && s.kind != dsl::StageKind::user && s.writes.empty();
+}
+
+const dsl::SpeculationLimits& limits_of(const dsl::TemplateGraph&, const dsl::Decision& d) {
+  return d.limits;  // compile_template() already merged the template's limits into it
+}
+
+std::vector<dsl::StageId> fill_chain(const dsl::TemplateGraph& g, const dsl::Decision& d) {
+  std::vector<dsl::StageId> chain;
+  const int max = std::max(1, limits_of(g, d).max_chain);
+  for (const dsl::StageId s : d.downstream) {
+    if (s >= g.stages.size() || !reusable(g.stages[s])) break;
+    chain.push_back(s);
+    if (static_cast<int>(chain.size()) >= max) break;
+  }
+  return chain;
+}
+
+caf::actor Services::executor_for(const std::string& endpoint, const nlohmann::json& body) const {
+  if (endpoint.rfind("/v1/dynrt/tools/", 0) == 0) return tools;
+  if (body.is_object()) {
+    const auto it = body.find("model");
+    if (it != body.end() && it->is_string()) {
+      const auto m = by_model.find(it->get<std::string>());
+      if (m != by_model.end()) return m->second;
+    }
+  }
+  return default_engine;
+}
+
+// -- engine ---------------------------------------------------------------------------------------
+
+namespace {
+
+// The engine requests an engine actor has in flight, so that its end (shutdown) cancels them.
+struct InFlight {
+  std::mutex mutex;
+  std::unordered_set<std::uint64_t> handles;
+};
+
+// Posts an engine's callbacks to the requesting actor (or answers a pass-through directly).
+class ActorSink final : public engines::ResponseSink {
+ public:
+  explicit ActorSink(ExecPtr exec, std::shared_ptr<InFlight> in_flight = nullptr)
+      : exec_(std::move(exec)), in_flight_(std::move(in_flight)) {}
+  // Called once submit() returned the handle.
+  void submitted(std::uint64_t handle) {
+    if (!in_flight_ || handle == 0) return;
+    std::lock_guard lock(in_flight_->mutex);
+    handle_ = handle;
+    if (!finished_) in_flight_->handles.insert(handle);
+  }
+  void on_chunk(std::string_view data) override {
+    if (exec_->stream_to) exec_->stream_to->chunk(data);
+    if (exec_->answer_to) exec_->answer_to->chunk(data);
+  }
+  void on_complete(engines::EngineResult result) override {
+    auto r = std::make_shared<ExecResult>();
+    r->ok = true;
+    r->result = std::move(result);
+    deliver(std::move(r));
+  }
+  void on_error(engines::EngineError error) override {
+    auto r = std::make_shared<ExecResult>();
+    r->error = std::move(error);
+    deliver(std::move(r));
+  }
+
+ private:
+  void deliver(std::shared_ptr<ExecResult> r) {
+    if (in_flight_) {
+      std::lock_guard lock(in_flight_->mutex);
+      finished_ = true;  // possibly before submit() returned the handle
+      if (handle_ != 0) in_flight_->handles.erase(handle_);
+    }
+    if (!exec_) return;
+    if (exec_->answer_to) {
+      Reply reply;
+      if (r->ok) {
+        reply.status = r->result.status;
+        reply.body = std::move(r->result.body);
+        reply.usage = r->result.usage;
+        reply.finish_reason = r->result.finish_reason;
+      } else {
+        reply = error_reply(r->error);
+      }
+      exec_->answer_to->done(std::move(reply));
+    }
+    if (exec_->reply_to)
+      anon_send(exec_->reply_to, engdone_atom::value, exec_->tag, ExecResultPtr(std::move(r)));
+    exec_.reset();  // drop the actor handle: the engine may keep this sink a while
+  }
+
+ private:
+  ExecPtr exec_;
+  std::shared_ptr<InFlight> in_flight_;
+  std::uint64_t handle_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+behavior engine_actor(event_based_actor* self, std::shared_ptr<engines::Engine> engine,
+                      std::shared_ptr<engines::ToolEngine> tools) {
+  auto in_flight = std::make_shared<InFlight>();
+  // When the graph stops, what this actor started and nobody will read is aborted.
+  self->attach_functor([engine, in_flight](const error&) {
+    if (!engine) return;
+    std::vector<std::uint64_t> handles;
+    {
+      std::lock_guard lock(in_flight->mutex);
+      handles.assign(in_flight->handles.begin(), in_flight->handles.end());
+      in_flight->handles.clear();
+    }
+    for (const auto h : handles)
+      engine->cancel(h);
+  });
+  return {
+      [=](exec_atom, const ExecPtr& exec) -> std::uint64_t {
+        if (exec->endpoint.rfind("/v1/dynrt/tools/", 0) == 0) {
+          const std::string name = exec->endpoint.substr(16);
+          auto sink = std::make_shared<ActorSink>(exec);
+          if (!tools || !tools->has(name)) {
+            sink->on_error(
+                {engines::ErrorKind::rejected, 404, {}, "no tool named \"" + name + "\""});
+            return 0;
+          }
+          const auto started = std::chrono::steady_clock::now();
+          // Tool callbacks may run inline (the corpus); the sink only posts messages.
+          tools->call({name, exec->body}, [sink, started](Expected<engines::ToolResult> r) {
+            if (!r) {
+              sink->on_error({engines::ErrorKind::rejected, 400, {}, r.error().message});
+              return;
+            }
+            engines::EngineResult out;
+            out.body = r->output.dump();
+            out.finish_reason = "stop";
+            out.engine_time = std::chrono::steady_clock::now() - started;
+            sink->on_complete(std::move(out));
+          });
+          return 0;
+        }
+        if (!engine) {
+          ActorSink(exec).on_error({engines::ErrorKind::refused, 0, {}, "no engine configured"});
+          return 0;
+        }
+        engines::EngineRequest req;
+        req.endpoint = exec->endpoint;
+        req.body = exec->body;
+        req.kind = exec->kind;
+        req.priority = exec->priority;
+        req.id = exec->id;
+        auto sink = std::make_shared<ActorSink>(exec, in_flight);
+        const auto handle = engine->submit(std::move(req), sink);
+        sink->submitted(handle);
+        return handle;
+      },
+      [=](abort_atom, std::uint64_t handle) {
+        if (engine && handle != 0) engine->cancel(handle);
+      },
+  };
+}
+
+// -- csl
+// -------------------------------------------------------------------------------------------
+
+namespace {
+
+struct CslState {
+  SteadyClock clock;
+  std::unique_ptr<csl::Store> store;
+  std::shared_ptr<Counters> counters;
+};
+
+ServeReply to_reply(const csl::Hit& hit, bool promoted) {
+  ServeReply r;
+  r.found = true;
+  r.promoted = promoted;
+  r.ref = hit.ref;
+  r.bytes = std::make_shared<const std::string>(hit.bytes);
+  r.usage = hit.usage;
+  r.cost = hit.cost;
+  r.provenance = hit.provenance;
+  return r;
+}
+
+}  // namespace
+
+behavior csl_actor(stateful_actor<CslState>* self, CslConfig config,
+                   std::shared_ptr<Counters> counters) {
+  self->state.store = std::make_unique<csl::Store>(self->state.clock, config.limits);
+  self->state.counters = counters;
+  self->state.store->set_observer([counters](const Hash128&, csl::RemovalReason why) {
+    if (why == csl::RemovalReason::discarded) ++counters->shadows_discarded;
+  });
+  return {
+      // Probe (confirmed entries, when reuse is on), then promote (a shadow, when fills are
+      // on). One message, so no write can fall between the two.
+      [=](serve_atom, const Hash128& name, bool probe, bool promote, bool keep) -> ServeReply {
+        auto& store = *self->state.store;
+        store.expire(64);
+        if (probe)
+          if (auto hit = store.probe(name)) return to_reply(*hit, false);
+        if (promote)
+          if (auto hit = store.promote(name)) {
+            ServeReply r = to_reply(*hit, true);
+            // Without cross-request reuse a promoted result serves this demand only.
+            if (!keep) store.drop(hit->ref);
+            return r;
+          }
+        return ServeReply{};
+      },
+      [=](snap_atom, const Strings& keys) -> ReadRefs { return self->state.store->snapshot(keys); },
+      [=](store_atom, const InsertPtr& in, bool shadow) -> csl::InsertResult {
+        auto& store = *self->state.store;
+        store.expire(64);
+        return shadow ? store.put_shadow(*in) : store.put_confirmed(*in);
+      },
+      [=](drop_atom, const EntryRefs& refs) {
+        for (const auto& r : refs)
+          self->state.store->discard(r);
+      },
+      [=](write_atom, const Strings& keys) -> std::uint64_t {
+        ++self->state.counters->writes;
+        return self->state.store->write(keys);
+      },
+      [=](stats_atom) -> CslSnapshot {
+        const auto& s = *self->state.store;
+        return CslSnapshot{s.stats(), s.size(), s.shadow_count(), s.bytes()};
+      },
+  };
+}
+
+// -- pricing
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+struct PricingState {
+  SteadyClock clock;
+  std::unique_ptr<admission::Controller> controller;
+  admission::CostModel costs;
+  FrequencyPredictor frequency;
+  std::vector<std::shared_ptr<engines::Engine>> engines;
+  int decode_slots = 0;
+  int canonical = 0;  // canonical requests in flight (own accounting)
+
+  // Canonical pressure from the accounting and the engines' latest snapshots.
+  void observe() {
+    int slots = decode_slots, queued = 0;
+    double kv_total = 0;
+    for (const auto& e : engines) {
+      const auto s = e->load();
+      if (!s.valid) continue;
+      if (decode_slots == 0) slots += s.slots_total;
+      queued += s.queued;
+      kv_total += s.kv_total;
+    }
+    if (slots <= 0) slots = 64;
+    if (kv_total > 0) costs.set_kv_tokens(kv_total);
+    controller->observe_load(std::min(1.0, static_cast<double>(canonical) / slots),
+                             std::min(1.0, static_cast<double>(queued) / slots));
+  }
+};
+
+}  // namespace
+
+behavior pricing_actor(stateful_actor<PricingState>* self, PricingConfig config) {
+  auto& st = self->state;
+  st.controller = std::make_unique<admission::Controller>(st.clock, config.admission);
+  st.costs = admission::CostModel(config.costs);
+  st.engines = std::move(config.engines);
+  st.decode_slots = config.decode_slots;
+  return {
+      [=](gate_atom, std::uint64_t branch, const Hash128& coordinate) -> GateReply {
+        self->state.observe();
+        const auto d = self->state.controller->open_branch(branch, coordinate);
+        return GateReply{d.open, static_cast<int>(d.reason)};
+      },
+      [=](rank_atom, const Hash128& coordinate, const PredictorContextPtr& ctx) -> Strings {
+        return self->state.frequency.rank(coordinate, *ctx);
+      },
+      [=](admit_atom, const AdmitRequestPtr& req) -> AdmitReply {
+        auto& s = self->state;
+        s.observe();
+        std::vector<admission::Candidate> cands;
+        for (std::size_t rank = 0; rank < req->chains.size(); ++rank) {
+          admission::Candidate c;
+          c.rank = rank;
+          c.gain_ms = s.costs.gain_ms(req->chains[rank]);
+          c.footprint = s.costs.footprint(req->chains[rank]);
+          cands.push_back(c);
+        }
+        const auto d = s.controller->admit(req->branch, cands, req->max_fills);
+        AdmitReply out;
+        for (const auto& f : d.admitted)
+          out.admitted.emplace_back(cands[f.candidate].rank, f.reservation);
+        return out;
+      },
+      [=](setup_atom, std::uint64_t branch, std::int64_t setup_ns) {
+        self->state.controller->charge_setup(branch, Duration(setup_ns));
+      },
+      [=](learn_atom, std::uint64_t branch, const Hash128& coordinate, const std::string& selection,
+          std::int64_t rank, bool report) {
+        self->state.frequency.observe(coordinate, selection);
+        if (report)
+          self->state.controller->resolve(
+              branch, rank >= 0 ? std::optional<std::size_t>(static_cast<std::size_t>(rank))
+                                : std::nullopt);
+      },
+      [=](usable_atom, std::uint64_t branch, std::uint64_t rank, bool consumed, double ms) {
+        if (consumed)
+          self->state.controller->consumed(branch, rank, ms);
+        else
+          self->state.controller->missed(branch, rank, ms);
+      },
+      [=](release_atom, std::uint64_t reservation) {
+        self->state.controller->release(reservation);
+        self->state.observe();
+      },
+      [=](settle_atom, std::uint64_t branch) { self->state.controller->settle(branch); },
+      [=](cost_atom, const Hash128& stage, std::int64_t engine_ns, double tokens) {
+        self->state.costs.observe(stage, Duration(engine_ns), tokens);
+      },
+      [=](canon_atom, std::int32_t delta) {
+        self->state.canonical = std::max(0, self->state.canonical + delta);
+        self->state.observe();
+      },
+      [=](stats_atom) -> PricingSnapshot {
+        auto& c = *self->state.controller;
+        return PricingSnapshot{c.stats(), c.envelope().envelope(self->state.clock.now()),
+                               c.fills_in_flight()};
+      },
+  };
+}
+
+caf::actor spawn_engine_actor(event_based_actor* parent, std::shared_ptr<engines::Engine> engine,
+                              std::shared_ptr<engines::ToolEngine> tools) {
+  return parent->spawn<linked>(engine_actor, std::move(engine), std::move(tools));
+}
+
+caf::actor spawn_csl_actor(event_based_actor* parent, CslConfig config,
+                           std::shared_ptr<Counters> counters) {
+  return parent->spawn<linked>(csl_actor, std::move(config), std::move(counters));
+}
+
+caf::actor spawn_pricing_actor(event_based_actor* parent, PricingConfig config) {
+  return parent->spawn<linked>(pricing_actor, std::move(config));
+}
+
+}  // namespace dynrt::actors

@@ -1,0 +1,30 @@
+// The workflow actor: one run of a template (one workflow id), ended after an idle timeout.
+//
+// It maps each demand to its stage, binds the variables the stage's request carries, and
+// answers it: a confirmed library hit (C1), a shadow promoted by this exact demand (C2), a
+// bounded wait on the fill computing it, or canonical execution on the engine (whose result,
+// for a speculable stage, is stored for reuse). A demand for a deciding stage opens a branch
+// before it runs, so fills overlap the decider's decode; the decider's output gives the
+// selection, which resolves the branch. A user-window decision opens its branch when the
+// stages before the user's pick have completed, and resolves when the request after the pick
+// binds the selection. A stage the template does not know, or a user stage, passes through.
+#pragma once
+
+#include "actors/messages.hpp"
+
+namespace dynrt::actors {
+
+struct WorkflowInit {
+  std::string key;  // workflow name and id, as the root knows it
+  std::string id;
+  GraphPtr graph;
+  ServicesPtr services;
+  caf::actor root;
+};
+
+caf::actor spawn_workflow_actor(caf::event_based_actor* parent, WorkflowInit init);
+
+// Runs a call on its engine with no actor in between: the answer goes straight to the sink.
+void pass_through(caf::event_based_actor* self, const Services& services, const DemandPtr& demand);
+
+}  // namespace dynrt::actors
