@@ -1,0 +1,60 @@
+// Seeded synthetic workloads for the four shipped templates (Routing, ReAct, Sub-Agent, HCI):
+// the runs a harness would make, the simulated engine's response script that makes each
+// deciding stage answer with the run's recorded selection, and the retrieval corpus the tool
+// stages read. The same seed always yields the same workload.
+//
+// A Run lists, per repetition of the workflow's loop, the selection its decision resolves to;
+// the driver (bench/driver.hpp) turns it into requests exactly as a harness would: stages with
+// a request template are rendered from it with the variables gathered from earlier responses,
+// and the deciding stages the templates leave to the harness (think, plan) are built here.
+// The statistics follow the paper where it states them (section 2.2): a skewed handler choice,
+// the next ReAct entity among the previous passage's first three 61% of the time, sub-tasks
+// recurring across runs, the top HCI offer picked in about 29 of 30 turns.
+#pragma once
+
+#include "dsl/template_graph.hpp"
+#include "engines/sim/text.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dynrt::bench {
+
+struct Run {
+  std::string workflow_id;
+  std::string input;               // the query, question or dialog (with a unique marker)
+  std::string entity;              // Sub-Agent: the entity the question is about
+  std::vector<std::string> picks;  // per repetition: the selection of its decision
+};
+
+struct Workload {
+  std::string workflow;  // the template's workflow name
+  std::vector<Run> runs;
+  engines::sim::Script script;
+  nlohmann::json corpus = nlohmann::json::array();  // [{"key", "text"}]
+  // tool name -> record key template (all tools are corpus lookups)
+  std::vector<std::pair<std::string, std::string>> tools;
+};
+
+struct WorkloadOptions {
+  std::uint64_t seed = 1;
+  std::size_t runs = 8;
+  double predictability = 1.0;  // 1: the paper's rates; 0: selections ignore the predictors
+};
+
+// For the template `graph` of "routing", "react", "subagent" or "hci" (the deciders' scripted
+// requests are rendered from it, so they are exactly what the driver sends). Any other
+// workflow gives an empty workload.
+Workload make_workload(const dsl::TemplateGraph& graph, const WorkloadOptions& options);
+
+// The harness-built request of a deciding stage that has no request template.
+nlohmann::json react_think_request(const Run& run, std::size_t hop);
+nlohmann::json subagent_plan_request(const Run& run);
+// Routing: the query of one turn (each turn routes a follow-up of the run's request).
+std::string routing_query(const Run& run, std::size_t turn);
+
+}  // namespace dynrt::bench

@@ -1,0 +1,320 @@
+// The DynBranch lifecycle end to end on the simulated engine: value equivalence against the
+// floor, early fills and chained promotion, non-interference, cross-request reuse with write
+// invalidation, and clean shutdown with fills in flight.
+#include "tests/actors/rig.hpp"
+
+#include "dsl/render.hpp"
+
+#include <thread>
+
+namespace dynrt::testing {
+namespace {
+
+using bench::RunResult;
+
+std::vector<RunResult> drive_all(Rig& rig, std::size_t threads = 1,
+                                 const bench::DriveOptions& o = {}) {
+  std::vector<RunResult> out(rig.workload.runs.size());
+  std::atomic<std::size_t> next{0};
+  std::vector<std::thread> pool;
+  for (std::size_t t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      for (std::size_t i = next++; i < out.size(); i = next++)
+        out[i] = rig.drive(rig.workload.runs[i], o);
+    });
+  for (auto& t : pool)
+    t.join();
+  return out;
+}
+
+// Every response byte-identical to the floor's, stage by stage.
+void expect_same(const std::vector<RunResult>& floor, const std::vector<RunResult>& arm,
+                 const std::string& what) {
+  ASSERT_EQ(floor.size(), arm.size());
+  for (std::size_t i = 0; i < floor.size(); ++i) {
+    ASSERT_TRUE(floor[i].ok()) << what << " floor run " << i << ": " << floor[i].error;
+    ASSERT_TRUE(arm[i].ok()) << what << " run " << i << ": " << arm[i].error;
+    ASSERT_EQ(floor[i].steps.size(), arm[i].steps.size()) << what << " run " << i;
+    for (std::size_t s = 0; s < floor[i].steps.size(); ++s) {
+      const auto& a = floor[i].steps[s];
+      const auto& b = arm[i].steps[s];
+      EXPECT_EQ(a.stage, b.stage);
+      EXPECT_EQ(a.request, b.request) << what << " run " << i << " step " << s;
+      EXPECT_EQ(a.reply.status, b.reply.status);
+      EXPECT_EQ(a.reply.body, b.reply.body) << what << " run " << i << " stage " << a.stage
+                                            << " served by " << to_string(b.reply.served);
+    }
+  }
+}
+
+std::size_t served(const std::vector<RunResult>& runs, Served how) {
+  std::size_t n = 0;
+  for (const auto& r : runs)
+    for (const auto& s : r.steps)
+      n += s.reply.served == how;
+  return n;
+}
+
+class ValueEquivalence : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ValueEquivalence, EveryArmAnswersByteForByteLikeTheFloor) {
+  const auto w = bench::make_workload(graph(GetParam()), {7, 10, 1.0});
+  ASSERT_FALSE(w.runs.empty());
+  std::vector<RunResult> floor;
+  {
+    Rig rig(w, {false, false, 0});
+    floor = drive_all(rig);
+    EXPECT_EQ(rig.runtime->stats().fills_issued, 0u);
+    EXPECT_EQ(served(floor, Served::engine), rig.runtime->stats().requests);
+  }
+  struct Arm {
+    const char* name;
+    bool reuse, fills;
+    std::size_t threads;
+  };
+  for (const Arm arm : {Arm{"full", true, true, 1}, Arm{"full, 3 concurrent runs", true, true, 3},
+                        Arm{"c1-only", true, false, 1}, Arm{"c2-only", false, true, 1}}) {
+    Rig rig(w, {arm.reuse, arm.fills, 1});
+    const auto runs = drive_all(rig, arm.threads);
+    expect_same(floor, runs, arm.name);
+    const auto st = rig.runtime->stats();
+    if (!arm.fills) {
+      EXPECT_EQ(st.fills_issued, 0u) << arm.name;
+    }
+    if (!arm.reuse) {
+      EXPECT_EQ(st.served_cache, 0u) << arm.name;
+    }
+    // The comparison is not vacuous: the arm served something without execution.
+    if (arm.fills && GetParam() != "react") {
+      EXPECT_GT(st.served_fill, 0u) << arm.name;
+    }
+  }
+}
+
+TEST_P(ValueEquivalence, StreamedAnswersCarryTheSameText) {
+  const auto w = bench::make_workload(graph(GetParam()), {3, 4, 1.0});
+  std::vector<RunResult> floor, full;
+  {
+    Rig rig(w, {false, false, 0});
+    floor = drive_all(rig, 1, {true, nullptr, nullptr});
+  }
+  {
+    Rig rig(w, {true, true, 1});
+    full = drive_all(rig, 1, {true, nullptr, nullptr});
+  }
+  expect_same(floor, full, "streamed");
+  // A served answer is replayed as chunks whose text is the body's text.
+  for (const auto& run : full)
+    for (const auto& s : run.steps) {
+      if (s.endpoint.rfind("/v1/dynrt/tools/", 0) == 0) continue;
+      ASSERT_FALSE(s.chunks.empty()) << s.stage << " served by " << to_string(s.reply.served);
+      std::string text;
+      bool usage = false;
+      for (const auto& c : s.chunks) {
+        const auto j = nlohmann::json::parse(c);
+        EXPECT_EQ(j["object"], "chat.completion.chunk");
+        if (!j["choices"].empty() && j["choices"][0]["delta"].contains("content"))
+          text += j["choices"][0]["delta"]["content"].get<std::string>();
+        usage = usage || (j.contains("usage") && j["usage"].is_object());
+      }
+      const auto body = nlohmann::json::parse(s.reply.body);
+      EXPECT_EQ(text, body["choices"][0]["message"]["content"].get<std::string>()) << s.stage;
+      EXPECT_TRUE(usage) << s.stage << ": include_usage asked for the usage chunk";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Templates, ValueEquivalence,
+                         ::testing::Values("routing", "react", "subagent", "hci"));
+
+// Routing: while the router decodes its ~260-token reasoning, the selected handler's fill and
+// its executor's run; both demands are promoted with no engine work and no wait.
+TEST(EarlyFill, HandlerAndExecutorAreServedFromTheFillWithoutEngineWork) {
+  auto w = bench::make_workload(graph("routing"), {11, 1, 1.0});
+  Rig rig(w, {true, true, 10});
+  const auto& run = rig.workload.runs[0];
+  std::uint64_t submitted_before = 0;
+  bench::DriveOptions o;
+  o.before_step = [&](const bench::Step&) { submitted_before = rig.engine->counters().submitted; };
+  o.after_step = [&](const bench::Step& s) {
+    if (s.stage == "handle") {
+      EXPECT_EQ(s.reply.served, Served::fill);
+      EXPECT_EQ(rig.engine->counters().submitted, submitted_before) << "the handler demand ran";
+    }
+    if (s.stage == "execute") {
+      EXPECT_EQ(s.reply.served, Served::fill) << "chained promotion";
+    }
+  };
+  const auto r = rig.drive(run, o);
+  ASSERT_TRUE(r.ok()) << r.error;
+  const auto st = rig.runtime->stats();
+  EXPECT_EQ(st.served_fill, 4u);  // two turns, handler and executor each
+  EXPECT_EQ(st.waits, 0u) << "the fill should have completed during the router's decode";
+  EXPECT_GE(st.fills_consumed, 2u);
+  EXPECT_GT(st.engine_ms_saved, 0);
+}
+
+bench::Workload with_router_answers(bench::Workload w, const std::vector<std::string>& answers) {
+  engines::sim::Script script;
+  const auto& g = graph("routing");
+  std::size_t i = 0;
+  for (const auto& run : w.runs)
+    for (std::size_t turn = 0; turn < 2; ++turn) {
+      const auto body =
+          dsl::render_stage(*g.stage("router"), {{"query", bench::routing_query(run, turn)}});
+      script.add_exact(body->body, answers[i++ % answers.size()]);
+    }
+  w.script = std::move(script);
+  return w;
+}
+
+// A router that answers at once resolves while every fill still decodes: the losers are
+// aborted in the engine and their slots and KV come back; the winner is waited for.
+TEST(NonInterference, ExclusiveLosersAreAbortedInTheEngine) {
+  auto w = with_router_answers(bench::make_workload(graph("routing"), {5, 1, 1.0}),
+                               {"HANDLER: calendar"});
+  w.runs[0].picks = {"calendar", "calendar"};
+  Rig rig(w, {true, true, 50});
+  const auto r = rig.drive(w.runs[0]);
+  ASSERT_TRUE(r.ok()) << r.error;
+  for (const auto& s : r.steps)
+    if (s.stage == "handle") {
+      EXPECT_EQ(s.reply.served, Served::fill) << "the winner, after a wait";
+    }
+  rig.engine->drain();
+  const auto st = rig.runtime->stats();
+  EXPECT_GE(st.fills_cancelled, 2u);
+  // No loser ran to completion: the engine completed the two routers and the two winning
+  // handler fills, and aborted every other request it had started (a loser cancelled before
+  // it reached the engine never started).
+  const auto c = rig.engine->counters();
+  EXPECT_EQ(c.completed, 4u);
+  EXPECT_EQ(c.submitted, c.completed + c.cancelled);
+  EXPECT_GE(c.cancelled, 1u) << "losers aborted in the engine";
+  const auto load = rig.engine->load();
+  EXPECT_EQ(load.slots_busy, 0);
+  EXPECT_EQ(load.kv_used, 0);
+  EXPECT_GT(rig.engine->counters().wasted.count(), 0) << "the aborted work is counted as waste";
+}
+
+// An ambiguous selection promotes nothing: every demand runs on the engine.
+TEST(NonInterference, AmbiguousSelectionPromotesNothing) {
+  auto w = with_router_answers(bench::make_workload(graph("routing"), {6, 1, 1.0}),
+                               {std::string(200, 'x') + " HANDLER: weather or HANDLER: email"});
+  Rig rig(w, {true, true, 10});
+  const auto r = rig.drive(w.runs[0]);
+  // The harness cannot read a selection either, so it cannot render the handler: it stops.
+  ASSERT_FALSE(r.ok());
+  rig.engine->drain();
+  // Render the handler's request as a harness that guessed "weather" would, and send it.
+  auto body =
+      dsl::render_stage(*graph("routing").stage("handle"),
+                        {{"handler", "weather"}, {"query", bench::routing_query(w.runs[0], 0)}});
+  auto reply =
+      rig.runtime
+          ->complete(
+              {"/v1/chat/completions", body->body, {"routing", w.runs[0].workflow_id, "handle"}})
+          .get();
+  EXPECT_EQ(reply.served, Served::engine);
+  const auto st = rig.runtime->stats();
+  EXPECT_EQ(st.served_fill, 0u);
+  EXPECT_GT(st.shadows_discarded + st.fills_cancelled, 0u);
+}
+
+// A request that differs from a shadow's in one result-determining field does not get it, and
+// neither does an exact request for a loser after resolution.
+TEST(NonInterference, NearMissesAndLosersAreNeverServedFromFills) {
+  auto w = bench::make_workload(graph("routing"), {8, 1, 1.0});
+  w.runs[0].picks = {"weather", "weather"};
+  w = with_router_answers(std::move(w), {std::string(1200, 'y') + "\nHANDLER: weather"});
+  Rig rig(w, {true, true, 10});
+  const auto& run = w.runs[0];
+  const auto& g = graph("routing");
+  auto router = dsl::render_stage(*g.stage("router"), {{"query", bench::routing_query(run, 0)}});
+  const Tags router_tags{"routing", run.workflow_id, "router"};
+  ASSERT_EQ(rig.runtime->complete({"/v1/chat/completions", router->body, router_tags}).get().status,
+            200);
+  const dsl::Bindings vars{{"handler", "weather"}, {"query", bench::routing_query(run, 0)}};
+  auto near = dsl::render_stage(*g.stage("handle"), vars)->body;
+  near["max_tokens"] = 255;
+  const Tags handle_tags{"routing", run.workflow_id, "handle"};
+  EXPECT_EQ(rig.runtime->complete({"/v1/chat/completions", near, handle_tags}).get().served,
+            Served::engine);
+  auto loser = dsl::render_stage(*g.stage("handle"),
+                                 {{"handler", "email"}, {"query", bench::routing_query(run, 0)}});
+  EXPECT_EQ(rig.runtime->complete({"/v1/chat/completions", loser->body, handle_tags}).get().served,
+            Served::engine);
+  auto exact = dsl::render_stage(*g.stage("handle"), vars)->body;
+  EXPECT_EQ(rig.runtime->complete({"/v1/chat/completions", exact, handle_tags}).get().served,
+            Served::fill);
+}
+
+// Sub-Agent: a later run with the same sub-task is served from the library; a write to a
+// record the sub-task read makes the next demand a miss that re-executes.
+TEST(CrossRequestReuse, LaterRunIsServedFromTheLibraryUntilAWrite) {
+  auto w = bench::make_workload(graph("subagent"), {9, 3, 1.0});
+  for (auto& run : w.runs) {
+    run.entity = "Entity3";
+    run.picks = {"history"};
+  }
+  // Re-render the plan answers for the fixed entity and pick.
+  engines::sim::Script script;
+  for (auto& run : w.runs) {
+    run.input = "Research [[Entity3]] for me [q " + run.workflow_id + "]";
+    script.add_exact(bench::subagent_plan_request(run), R"({"subagent": "history"})");
+  }
+  w.script = std::move(script);
+  Rig rig(w, {true, false, 0});  // C1 only: reuse alone must do it
+  auto first = rig.drive(w.runs[0]);
+  ASSERT_TRUE(first.ok()) << first.error;
+  for (const auto& s : first.steps)
+    EXPECT_EQ(s.reply.served, Served::engine) << s.stage;
+  auto second = rig.drive(w.runs[1]);
+  ASSERT_TRUE(second.ok()) << second.error;
+  for (const auto& s : second.steps)
+    if (s.stage == "research" || s.stage == "summarize") {
+      EXPECT_EQ(s.reply.served, Served::cache) << s.stage;
+    }
+  // The record changes, and the write is acknowledged before the next run.
+  rig.corpus->put("kb:history:Entity3", "New findings about Entity3.");
+  EXPECT_GE(rig.runtime->write({"kb:history:Entity3"}).get(), 1u);
+  auto third = rig.drive(w.runs[2]);
+  ASSERT_TRUE(third.ok()) << third.error;
+  for (const auto& s : third.steps) {
+    if (s.stage != "research" && s.stage != "summarize") continue;
+    EXPECT_EQ(s.reply.served, Served::engine) << s.stage << " after the write";
+    if (s.stage == "research") {
+      EXPECT_EQ(nlohmann::json::parse(s.reply.body)["passage"], "New findings about Entity3.");
+    }
+  }
+  EXPECT_GE(rig.runtime->stats().csl.invalidated, 1u);
+}
+
+// Shutdown with fills and a canonical request in flight: returns, answers the waiting call,
+// aborts the engine work, and leaves no actor behind.
+TEST(Shutdown, WithFillsInFlightIsCleanAndPrompt) {
+  auto w = bench::make_workload(graph("routing"), {12, 1, 1.0});
+  Rig rig(w, {true, true, 1000});  // real time: the router decodes for seconds
+  const auto& run = w.runs[0];
+  auto router = dsl::render_stage(*graph("routing").stage("router"),
+                                  {{"query", bench::routing_query(run, 0)}});
+  auto pending = rig.runtime->complete(
+      {"/v1/chat/completions", router->body, {"routing", run.workflow_id, "router"}});
+  // Wait until the fills are on the engine (an event, not a duration).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (rig.engine->load().slots_busy < 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  ASSERT_GE(rig.engine->load().slots_busy, 2);
+  EXPECT_GT(rig.runtime->stats().fills_issued, 0u);
+  rig.runtime->shutdown();
+  ASSERT_EQ(pending.wait_for(std::chrono::seconds(0)), std::future_status::ready);
+  EXPECT_EQ(pending.get().status, 503);
+  EXPECT_EQ(rig.runtime->stats().workflows_live, 0u);
+  rig.engine->drain();
+  EXPECT_EQ(rig.engine->load().slots_busy, 0);
+  EXPECT_GE(rig.engine->counters().cancelled, 2u);
+  // Calls after shutdown are answered at once.
+  EXPECT_EQ(rig.runtime->complete({"/v1/chat/completions", router->body, {}}).get().status, 503);
+}
+
+}  // namespace
+}  // namespace dynrt::testing

@@ -1,0 +1,71 @@
+// A test rig: the shipped templates, a workload, the simulated engine, the corpus tools and a
+// dynrt::Runtime over them, with C1 and C2 switched as a test asks.
+#pragma once
+
+#include "actors/runtime.hpp"
+#include "bench/driver.hpp"
+#include "bench/workloads.hpp"
+#include "dsl/lint.hpp"
+#include "engines/sim/engine.hpp"
+#include "engines/tools/corpus.hpp"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+namespace dynrt::testing {
+
+inline const dsl::LintReport& shipped_templates() {
+  static const dsl::LintReport report = dsl::lint_paths({"templates"});
+  return report;
+}
+
+inline const dsl::TemplateGraph& graph(const std::string& workflow) {
+  for (const auto* g : shipped_templates().graphs())
+    if (g->workflow == workflow) return *g;
+  ADD_FAILURE() << "no shipped template " << workflow;
+  std::abort();
+}
+
+struct RigOptions {
+  bool reuse = true;
+  bool fills = true;
+  double time_scale = 0;  // real ms per simulated second; 0 as fast as possible
+  std::chrono::milliseconds settle_after{30'000};
+};
+
+struct Rig {
+  bench::Workload workload;
+  std::shared_ptr<engines::sim::SimEngine> engine;
+  std::shared_ptr<engines::Corpus> corpus;
+  std::unique_ptr<Runtime> runtime;
+
+  Rig(bench::Workload w, const RigOptions& o) : workload(std::move(w)) {
+    engines::sim::SimEngineOptions eo;
+    eo.time_scale = o.time_scale;
+    engine =
+        std::make_shared<engines::sim::SimEngine>(engines::sim::SimParams{}, workload.script, eo);
+    auto c = engines::Corpus::from_json(workload.corpus);
+    EXPECT_TRUE(c.ok());
+    corpus = *c;
+    for (const auto& [name, key] : workload.tools)
+      corpus->add_tool(name, {engines::Corpus::Kind::lookup, key});
+    RuntimeConfig cfg;
+    cfg.engines.push_back({"sim", engine, {}});
+    cfg.tools = corpus;
+    cfg.template_paths = {"templates"};
+    cfg.reuse = o.reuse;
+    cfg.fills = o.fills;
+    cfg.settle_after = o.settle_after;
+    auto rt = Runtime::create(cfg);
+    EXPECT_TRUE(rt.ok()) << (rt.ok() ? "" : rt.error().message);
+    runtime = std::move(*rt);
+  }
+
+  bench::RunResult drive(const bench::Run& run, const bench::DriveOptions& o = {}) {
+    return bench::drive(*runtime, graph(workload.workflow), run, o);
+  }
+};
+
+}  // namespace dynrt::testing
