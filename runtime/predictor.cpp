@@ -51,7 +51,7 @@ std::vector<std::string> FrequencyPredictor::rank(const Hash128& coordinate,
 }
 
 void FrequencyPredictor::observe(const Hash128& coordinate, std::string_view selected) {
-  if (selected.empty()) return;
+  if (selected.empty() || max_values_ == 0) return;  // a zero bound remembers nothing
   auto& counts = tables_[coordinate].counts;
   for (auto& [value, n] : counts)
     if (value == selected) {
