@@ -223,6 +223,7 @@ behavior branch_actor(Self self, BranchInitPtr init) {
         maybe_settle(self);
       }
   });
+  self->set_error_handler([](error&) {});
   self->send(self, fstart_atom::value);
   return {
       [=](fstart_atom) { propose(self); },

@@ -222,6 +222,7 @@ behavior fill_actor(Self self, FillInitPtr init) {
   self->state.init = init;
   self->state.vars = init->bindings;
   self->state.producers = init->producers;
+  self->set_error_handler([](error&) {});
   self->send(self, fstart_atom::value);  // start once the behavior is installed
   return {
       [=](fstart_atom) { next_stage(self); },

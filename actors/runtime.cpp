@@ -69,6 +69,7 @@ behavior root_actor(stateful_actor<RootState>* self, std::shared_ptr<const RootI
   svc->csl = spawn_csl_actor(self, CslConfig{cfg.csl}, svc->counters);
   svc->pricing = spawn_pricing_actor(self, std::move(pricing));
   self->state.services = svc;
+  self->set_error_handler([](error&) {});
   return {
       [=](demand_atom, const DemandPtr& d) {
         auto& st = self->state;
@@ -76,7 +77,7 @@ behavior root_actor(stateful_actor<RootState>* self, std::shared_ptr<const RootI
         const auto& tags = d->request.tags;
         const auto g = st.graphs.find(tags.workflow);
         if (tags.workflow_id.empty() || g == st.graphs.end()) {
-          pass_through(self, *st.services, d);
+          pass_through(*st.services, d);
           return;
         }
         const std::string key = tags.workflow + '\x1f' + tags.workflow_id;

@@ -120,6 +120,9 @@ class ActorSink final : public engines::ResponseSink {
 behavior engine_actor(event_based_actor* self, std::shared_ptr<engines::Engine> engine,
                       std::shared_ptr<engines::ToolEngine> tools) {
   auto in_flight = std::make_shared<InFlight>();
+  // A requester that did not want the handle may answer it with an error; that is no reason
+  // to end (the default error handler would quit).
+  self->set_error_handler([](error&) {});
   // When the graph stops, what this actor started and nobody will read is aborted.
   self->attach_functor([engine, in_flight](const error&) {
     if (!engine) return;
@@ -139,7 +142,7 @@ behavior engine_actor(event_based_actor* self, std::shared_ptr<engines::Engine> 
           auto sink = std::make_shared<ActorSink>(exec);
           if (!tools || !tools->has(name)) {
             sink->on_error(
-                {engines::ErrorKind::rejected, 404, {}, "no tool named \"" + name + "\""});
+                {engines::ErrorKind::http_status, 404, {}, "no tool named \"" + name + "\""});
             return 0;
           }
           const auto started = std::chrono::steady_clock::now();

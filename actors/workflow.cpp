@@ -12,7 +12,7 @@ namespace dynrt::actors {
 using namespace caf;
 using branch::Outcome;
 
-void pass_through(event_based_actor* self, const Services& svc, const DemandPtr& d) {
+void pass_through(const Services& svc, const DemandPtr& d) {
   ++svc.counters->passthrough;
   ++svc.counters->served_engine;
   auto exec = std::make_shared<Exec>();
@@ -24,7 +24,8 @@ void pass_through(event_based_actor* self, const Services& svc, const DemandPtr&
     d->sink->done(error_reply(404, "not_found", "no engine or tool serves " + exec->endpoint));
     return;
   }
-  self->send(executor, exec_atom::value, ExecPtr(exec));
+  // Anonymous: the engine actor's reply (the handle) has nobody to go to.
+  anon_send(executor, exec_atom::value, ExecPtr(exec));
 }
 
 namespace {
@@ -399,7 +400,7 @@ void on_demand(Self self, const DemandPtr& d) {
   const auto& g = graph_of(self);
   const dsl::Stage* stage = g.stage(d->request.tags.stage);
   if (!stage || stage->kind == dsl::StageKind::user) {
-    pass_through(self, svc_of(self), d);
+    pass_through(svc_of(self), d);
     return;
   }
   // Variables this request carries.
@@ -437,6 +438,7 @@ void on_demand(Self self, const DemandPtr& d) {
 
 behavior workflow_actor(Self self, WorkflowInit init) {
   self->state.init = std::move(init);
+  self->set_error_handler([](error&) {});  // stray errors (a dead engine's) end nothing
   ++self->state.init.services->counters->workflows_live;
   self->attach_functor([counters = self->state.init.services->counters](const error&) {
     --counters->workflows_live;

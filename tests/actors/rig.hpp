@@ -33,6 +33,7 @@ struct RigOptions {
   bool fills = true;
   double time_scale = 0;  // real ms per simulated second; 0 as fast as possible
   std::chrono::milliseconds settle_after{30'000};
+  std::chrono::milliseconds workflow_idle{60'000};
 };
 
 struct Rig {
@@ -58,6 +59,7 @@ struct Rig {
     cfg.reuse = o.reuse;
     cfg.fills = o.fills;
     cfg.settle_after = o.settle_after;
+    cfg.workflow_idle = o.workflow_idle;
     auto rt = Runtime::create(cfg);
     EXPECT_TRUE(rt.ok()) << (rt.ok() ? "" : rt.error().message);
     runtime = std::move(*rt);

@@ -1,0 +1,221 @@
+// dynrt::Runtime as an embedder sees it: pass-through, configuration errors, the drafter
+// predictor, workflow idle timeouts; and the reply helpers (stream replay, answered once).
+#include "tests/actors/rig.hpp"
+
+#include "actors/reply.hpp"
+#include "dsl/render.hpp"
+
+#include <thread>
+
+namespace dynrt::testing {
+namespace {
+
+using nlohmann::json;
+
+json chat_body(const std::string& text) {
+  return {{"model", "qwen3-32b"},
+          {"max_tokens", 16},
+          {"messages", json::array({{{"role", "user"}, {"content", text}}})}};
+}
+
+TEST(Runtime, UntaggedUnknownWorkflowAndUnknownStagePassStraightThrough) {
+  Rig rig(bench::make_workload(graph("routing"), {1, 1, 1.0}), {});
+  const json body = chat_body("hello");
+  const auto direct = [&] {
+    engines::sim::SimEngine e(engines::sim::SimParams{}, rig.workload.script, {0, "sim"});
+    std::promise<std::string> p;
+    struct Sink : engines::ResponseSink {
+      std::promise<std::string>* p;
+      void on_chunk(std::string_view) override {}
+      void on_complete(engines::EngineResult r) override { p->set_value(r.body); }
+      void on_error(engines::EngineError e) override { p->set_value("error: " + e.message); }
+    };
+    auto sink = std::make_shared<Sink>();
+    sink->p = &p;
+    engines::EngineRequest req;
+    req.body = body;
+    e.submit(std::move(req), sink);
+    return p.get_future().get();
+  }();
+  for (const Tags& tags : {Tags{}, Tags{"no-such-workflow", "w1", "x"},
+                           Tags{"routing", "w1", "nope"}, Tags{"routing", "", "router"}}) {
+    const auto r = rig.runtime->complete({"/v1/chat/completions", body, tags}).get();
+    EXPECT_TRUE(r.ok()) << r.error;
+    EXPECT_EQ(r.served, Served::engine);
+    EXPECT_EQ(r.body, direct) << "pass-through must not change the answer";
+  }
+  const auto st = rig.runtime->stats();
+  EXPECT_EQ(st.passthrough, 4u);
+  EXPECT_EQ(st.fills_issued, 0u);
+}
+
+TEST(Runtime, BadCallsGetSpecificErrors) {
+  Rig rig(bench::make_workload(graph("routing"), {1, 1, 1.0}), {});
+  auto r = rig.runtime->complete({"/v1/chat/completions", json::array(), {}}).get();
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["error"]["type"], "invalid_request_error");
+  r = rig.runtime->tool("no_such_tool", json::object()).get();
+  EXPECT_EQ(r.status, 404);
+  EXPECT_FALSE(r.ok());
+  r = rig.runtime->complete({"/v1/chat/completions", json{{"model", "m"}}, {}}).get();
+  EXPECT_EQ(r.status, 400) << "the engine rejects a body without messages: " << r.body;
+}
+
+TEST(Runtime, RefusesTemplatesThatDoNotLintAndMissingEngines) {
+  RuntimeConfig cfg;
+  EXPECT_FALSE(Runtime::create(cfg).ok());
+  cfg.engines.push_back({"sim", std::make_shared<engines::sim::SimEngine>(), {}});
+  cfg.template_texts = {{"bad.yaml", "version: 1\nworkflow: w\nstages:\n  a: {kind: model}\n"}};
+  const auto rt = Runtime::create(cfg);
+  ASSERT_FALSE(rt.ok());
+  EXPECT_NE(rt.error().message.find("bad.yaml:"), std::string::npos) << rt.error().message;
+  cfg.template_texts.clear();
+  cfg.template_paths = {"templates/routing.yaml"};
+  cfg.template_texts = {
+      {"copy.yaml", shipped_templates().source("templates/routing.yaml")
+                        ? std::string(shipped_templates().source("templates/routing.yaml")->text())
+                        : std::string()}};
+  const auto twice = Runtime::create(cfg);
+  ASSERT_FALSE(twice.ok()) << "one workflow defined twice";
+  EXPECT_NE(twice.error().message.find("routing"), std::string::npos);
+}
+
+TEST(Runtime, ToolCallsRunOnTheToolEngine) {
+  Rig rig(bench::make_workload(graph("react"), {1, 1, 1.0}), {});
+  const auto r = rig.runtime->tool("retrieve", {{"entity", "Entity1"}}).get();
+  ASSERT_TRUE(r.ok()) << r.error;
+  EXPECT_EQ(json::parse(r.body)["key"], "corpus:Entity1");
+}
+
+// A drafter source: the draft model is sampled, its answers are read with the decision's
+// selection, and the most named candidate is filled.
+TEST(Runtime, DrafterPredictorRanksByVotesAndFills) {
+  const std::string yaml = R"(version: 1
+workflow: drafted
+inputs:
+  query: {description: the request}
+stages:
+  router:
+    kind: model
+    model: big
+    params: {temperature: 0, max_tokens: 400}
+    bind: {query: /messages/0/content}
+    decides: handler
+    request:
+      messages: [{role: user, content: "{{query}}"}]
+  handle:
+    kind: model
+    after: router
+    speculable: true
+    model: big
+    params: {temperature: 0, max_tokens: 32}
+    request:
+      messages: [{role: user, content: "{{handler}}: {{query}}"}]
+decisions:
+  handler:
+    promotion: exclusive
+    candidates:
+      source: drafter
+      model: small
+      samples: 4
+      max: 2
+      request:
+        messages: [{role: user, content: "Guess the handler for {{query}}"}]
+    selection:
+      regex: 'HANDLER:\s*(\w+)'
+)";
+  engines::sim::Script script;
+  script.add_contains("Guess the handler", "HANDLER: email");
+  std::string reasoning;
+  for (int i = 0; i < 300; ++i)
+    reasoning += "hmm ";
+  script.add_contains("route me", reasoning + "HANDLER: email");
+  engines::sim::SimEngineOptions eo;
+  eo.time_scale = 10;
+  auto engine = std::make_shared<engines::sim::SimEngine>(engines::sim::SimParams{}, script, eo);
+  RuntimeConfig cfg;
+  cfg.engines.push_back({"sim", engine, {}});
+  cfg.template_texts = {{"drafted.yaml", yaml}};
+  auto rt = Runtime::create(cfg);
+  ASSERT_TRUE(rt.ok()) << rt.error().message;
+  const Tags router{"drafted", "d1", "router"};
+  const json q = {{"model", "big"},
+                  {"temperature", 0},
+                  {"max_tokens", 400},
+                  {"messages", json::array({{{"role", "user"}, {"content", "route me"}}})}};
+  ASSERT_TRUE((*rt)->complete({"/v1/chat/completions", q, router}).get().ok());
+  const json h = {{"model", "big"},
+                  {"temperature", 0},
+                  {"max_tokens", 32},
+                  {"messages", json::array({{{"role", "user"}, {"content", "email: route me"}}})}};
+  const auto r = (*rt)->complete({"/v1/chat/completions", h, {"drafted", "d1", "handle"}}).get();
+  EXPECT_EQ(r.served, Served::fill);
+  EXPECT_EQ((*rt)->stats().fills_issued, 1u) << "four votes for one candidate: one fill";
+}
+
+TEST(Runtime, IdleWorkflowsEnd) {
+  auto w = bench::make_workload(graph("subagent"), {4, 3, 1.0});
+  RigOptions o;
+  o.workflow_idle = std::chrono::milliseconds(20);
+  Rig rig(w, o);
+  for (const auto& run : w.runs)
+    ASSERT_TRUE(rig.drive(run).ok());
+  // Waits for an event (the actors ending), bounded.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (rig.runtime->stats().workflows_live > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  EXPECT_EQ(rig.runtime->stats().workflows_live, 0u);
+  // A run id seen before starts afresh.
+  EXPECT_TRUE(rig.drive(w.runs[0]).ok());
+}
+
+TEST(Reply, ReplayedChunksCarryTheTextFinishAndUsage) {
+  const std::string body =
+      R"({"id":"c1","object":"chat.completion","created":7,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"one two three four five six"},"logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":3,"completion_tokens":6,"total_tokens":9}})";
+  const auto chunks = actors::replay_chunks("/v1/chat/completions", body, true);
+  ASSERT_EQ(chunks.size(), 5u);  // role, two text pieces, finish, usage
+  std::string text;
+  for (std::size_t i = 1; i < 3; ++i)
+    text += json::parse(chunks[i])["choices"][0]["delta"]["content"].get<std::string>();
+  EXPECT_EQ(text, "one two three four five six");
+  EXPECT_EQ(json::parse(chunks[0])["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(json::parse(chunks[3])["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(json::parse(chunks[4])["usage"]["completion_tokens"], 6);
+  EXPECT_EQ(json::parse(chunks[4])["id"], "c1");
+  const auto completion = actors::replay_chunks(
+      "/v1/completions",
+      R"({"id":"x","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"a b","finish_reason":"stop"}]})",
+      false);
+  ASSERT_EQ(completion.size(), 2u);
+  EXPECT_EQ(json::parse(completion[0])["choices"][0]["text"], "a b");
+  EXPECT_TRUE(actors::replay_chunks("/v1/chat/completions", "not json", true).empty());
+}
+
+TEST(Reply, SinkAnswersOnceAndAnswersWhenAbandoned) {
+  int answers = 0;
+  Reply last;
+  {
+    actors::ReplySink sink({nullptr,
+                            [&](Reply r) {
+                              ++answers;
+                              last = std::move(r);
+                            }},
+                           "/v1/chat/completions", json::object());
+    EXPECT_TRUE(sink.done(Reply{}));
+    EXPECT_FALSE(sink.done(Reply{}));
+  }
+  EXPECT_EQ(answers, 1);
+  {
+    actors::ReplySink sink({nullptr,
+                            [&](Reply r) {
+                              ++answers;
+                              last = std::move(r);
+                            }},
+                           "/v1/chat/completions", json::object());
+  }
+  EXPECT_EQ(answers, 2);
+  EXPECT_EQ(last.status, 503) << "a sink nobody answered answers on destruction";
+}
+
+}  // namespace
+}  // namespace dynrt::testing
