@@ -276,6 +276,8 @@ RuntimeStats Runtime::stats() const {
     if (impl_->stopped) return s;
   }
   scoped_actor self{*impl_->system};
+  // Less the scoped actor asking.
+  s.actors_running = impl_->system->registry().running() - 1;
   self->request(impl_->services->csl, infinite, stats_atom::value)
       .receive(
           [&](CslSnapshot& snap) {

@@ -136,6 +136,7 @@ struct RuntimeStats {
   double envelope = 0;  // the causal envelope rho_H now
   int fills_in_flight = 0;
   std::uint64_t workflows_live = 0;
+  std::size_t actors_running = 0;  // every actor of the graph (root, engines, csl, pricing...)
 };
 
 class Runtime {

@@ -12,7 +12,7 @@ cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDYNRT_BUILD_TESTS=ON \
   -DDYNRT_BUILD_BENCH=OFF -DDYNRT_SANITIZE="$sanitizer" >/dev/null
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
-export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$PWD/scripts/ubsan.supp"
 if [ "$#" -eq 0 ]; then
   cmake --build "$dir" -j"$(nproc)"
   (cd "$dir" && ctest -j"$(nproc)" --output-on-failure --timeout 900)
