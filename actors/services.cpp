@@ -267,18 +267,22 @@ struct PricingState {
 
   // Canonical pressure from the accounting and the engines' latest snapshots.
   void observe() {
-    int slots = decode_slots, queued = 0;
+    int slots = decode_slots, queued = 0, busy = 0;
     double kv_total = 0;
     for (const auto& e : engines) {
       const auto s = e->load();
       if (!s.valid) continue;
       if (decode_slots == 0) slots += s.slots_total;
       queued += s.queued;
+      busy += s.slots_busy;
       kv_total += s.kv_total;
     }
     if (slots <= 0) slots = 64;
     if (kv_total > 0) costs.set_kv_tokens(kv_total);
-    controller->observe_load(std::min(1.0, static_cast<double>(canonical) / slots),
+    // Canonical load: dynrt's own count of the canonical requests it runs, or what the engines
+    // report busy beyond dynrt's fills (pass-through traffic, other clients), whichever is more.
+    const int canonical_now = std::max(canonical, busy - controller->fills_in_flight());
+    controller->observe_load(std::min(1.0, static_cast<double>(canonical_now) / slots),
                              std::min(1.0, static_cast<double>(queued) / slots));
   }
 };

@@ -30,6 +30,9 @@ void pass_through(const Services& svc, const DemandPtr& d) {
 
 namespace {
 
+// Tool calls do not occupy the model engine's decode slots.
+bool is_tool(const std::string& endpoint) { return endpoint.rfind("/v1/dynrt/tools/", 0) == 0; }
+
 struct Pending {
   DemandPtr demand;
   dsl::StageId stage = dsl::kNoId;
@@ -287,7 +290,7 @@ void run(Self self, std::uint64_t id) {
   if (!executor)
     return answer(self, id,
                   error_reply(404, "not_found", "no engine or tool serves " + exec->endpoint));
-  self->send(svc.pricing, canon_atom::value, std::int32_t{1});
+  if (!is_tool(exec->endpoint)) self->send(svc.pricing, canon_atom::value, std::int32_t{1});
   self->send(executor, exec_atom::value, ExecPtr(exec));
 }
 
@@ -335,8 +338,9 @@ void executed(Self self, std::uint64_t id, const ExecResultPtr& r) {
   auto it = st.pending.find(id);
   if (it == st.pending.end()) return;
   const auto& svc = svc_of(self);
-  self->send(svc.pricing, canon_atom::value, std::int32_t{-1});
   auto& p = it->second;
+  if (!is_tool(p.demand->request.endpoint))
+    self->send(svc.pricing, canon_atom::value, std::int32_t{-1});
   const auto& stage = graph_of(self).stages[p.stage];
   if (!r->ok) return answer(self, id, error_reply(r->error));
   self->send(
