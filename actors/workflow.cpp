@@ -2,6 +2,7 @@
 
 #include "actors/branch.hpp"
 #include "actors/reply.hpp"
+#include "actors/workflow_run.hpp"
 #include "runtime/reuse_name.hpp"
 
 #include <chrono>
@@ -31,7 +32,9 @@ void pass_through(const Services& svc, const DemandPtr& d) {
 namespace {
 
 // Tool calls do not occupy the model engine's decode slots.
-bool is_tool(const std::string& endpoint) { return endpoint.rfind("/v1/dynrt/tools/", 0) == 0; }
+bool is_tool(const std::string& endpoint) {
+  return endpoint.rfind("/v1/dynrt/tools/", 0) == 0;
+}
 
 struct Pending {
   DemandPtr demand;
@@ -44,14 +47,6 @@ struct Pending {
   double waited_ms = 0;
 };
 
-struct OpenBranch {
-  caf::actor actor;
-  std::uint64_t id = 0;
-  bool resolved = false;
-  bool demanded = false;
-  dsl::StageId first_stage = dsl::kNoId;
-};
-
 struct InFlightFill {
   std::uint64_t fill = 0;
   std::vector<std::uint64_t> waiters;  // demand ids
@@ -59,10 +54,8 @@ struct InFlightFill {
 
 struct WorkflowState {
   WorkflowInit init;
-  dsl::Bindings vars;
-  Producers producers;
-  std::map<dsl::StageId, std::shared_ptr<const nlohmann::json>> latest;  // stage outputs
-  std::map<dsl::DecisionId, OpenBranch> branches;   // the current branch of each decision
+  std::unique_ptr<WorkflowRun> run;                 // variables, producers, outputs, branches
+  std::map<std::uint64_t, caf::actor> branches;     // open branch actors by branch id
   std::unordered_map<Hash128, InFlightFill> fills;  // by reuse name
   std::map<std::uint64_t, Pending> pending;         // by demand id
   std::uint64_t received = 0;
@@ -89,102 +82,53 @@ void touch(Self self) {
   }
 }
 
-void abandon(Self self, dsl::DecisionId decision) {
-  auto& st = self->state;
-  const auto it = st.branches.find(decision);
-  if (it == st.branches.end()) return;
-  self->send(it->second.actor, abandon_atom::value);
-  st.branches.erase(it);
-}
-
-void open_branch(Self self, const dsl::Decision& d) {
+// Carries out what the run's state says: abandon, resolve, open branches.
+void apply(Self self, Effects fx) {
   auto& st = self->state;
   const auto& svc = svc_of(self);
-  abandon(self, d.id);  // a new repetition of the decision point supersedes the old branch
-  if (!svc.switches.fills || d.limits.max_fills <= 0) return;
-  const auto chain = fill_chain(graph_of(self), d);
-  if (chain.empty()) return;
-  auto init = std::make_shared<BranchInit>();
-  init->id = svc.counters->next_id++;
-  init->graph = st.init.graph;
-  init->decision = d.id;
-  init->bindings = st.vars;
-  init->producers = st.producers;
-  if (d.candidates.kind == dsl::CandidateSourceKind::extract)
-    if (auto it = st.latest.find(d.candidates.stage); it != st.latest.end())
-      init->source_output = it->second;
-  init->workflow = self;
-  init->services = st.init.services;
-  OpenBranch b;
-  b.id = init->id;
-  b.first_stage = chain.front();
-  b.actor = spawn_branch_actor(self, std::move(init));
-  st.branches[d.id] = std::move(b);
-}
-
-void resolve(Self self, const dsl::Decision& d, Outcome outcome, const std::string& value) {
-  auto& st = self->state;
-  if (outcome == Outcome::selected) st.vars[d.name] = value;
-  auto it = st.branches.find(d.id);
-  if (it != st.branches.end() && !it->second.resolved) {
-    it->second.resolved = true;
-    self->send(it->second.actor, resolve_atom::value, static_cast<std::int32_t>(outcome), value);
-  } else if (outcome == Outcome::selected) {
-    // No branch (fills off, or nothing to fill): the frequency predictor still learns.
-    self->send(svc_of(self).pricing, learn_atom::value, std::uint64_t{0}, d.coordinate, value,
-               std::int64_t{-1}, false);
+  for (const auto id : fx.abandon)
+    if (auto it = st.branches.find(id); it != st.branches.end()) {
+      self->send(it->second, abandon_atom::value);
+      st.branches.erase(it);
+    }
+  for (const auto& r : fx.resolve) {
+    if (r.branch) {
+      if (auto it = st.branches.find(*r.branch); it != st.branches.end())
+        self->send(it->second, resolve_atom::value, static_cast<std::int32_t>(r.outcome), r.value);
+    } else if (r.outcome == Outcome::selected) {
+      // No branch (fills off, or nothing to fill): the frequency predictor still learns.
+      self->send(svc.pricing, learn_atom::value, std::uint64_t{0},
+                 graph_of(self).decisions[r.decision].coordinate, r.value, std::int64_t{-1}, false);
+    }
+  }
+  for (auto& o : fx.open) {
+    auto init = std::make_shared<BranchInit>();
+    init->id = svc.counters->next_id++;
+    init->graph = st.init.graph;
+    init->decision = o.decision;
+    init->bindings = o.bindings;
+    init->producers = o.producers;
+    init->source_output = o.source_output;
+    init->workflow = self;
+    init->services = st.init.services;
+    const auto id = init->id;
+    st.branches[id] = spawn_branch_actor(self, std::move(init));
+    st.run->opened(o, id);
   }
 }
 
-// A stage's response is known (executed, or served): variables, producers, branch events.
+// A stage's response is known (executed, or served).
 void completed(Self self, const dsl::Stage& stage, const std::string& bytes, csl::EntryRef ref) {
-  auto& st = self->state;
-  const auto& g = graph_of(self);
-  auto doc = std::make_shared<nlohmann::json>(nlohmann::json::parse(bytes, nullptr, false));
-  if (doc->is_discarded()) return;
-  st.latest[stage.id] = doc;
-  if (auto outs = dsl::read_outputs(stage, *doc)) {
-    for (auto& [k, v] : *outs) {
-      st.vars[k] = v;
-      if (ref.valid())
-        st.producers[k] = ref;
-      else
-        st.producers.erase(k);
-    }
-  }
-  if (stage.decides != dsl::kNoId) {
-    const auto& d = g.decisions[stage.decides];
-    if (d.window == dsl::Window::decode) {
-      const auto sel = dsl::read_selection(d, *doc);
-      using S = dsl::SelectionResult::Status;
-      resolve(self, d,
-              sel.status == S::selected    ? Outcome::selected
-              : sel.status == S::ambiguous ? Outcome::ambiguous
-                                           : Outcome::unreadable,
-              sel.value);
-    }
-  }
-  // A user's pick becomes possible once every stage before it has completed.
-  for (const auto& d : g.decisions) {
-    if (d.window != dsl::Window::user || d.decided_by >= g.stages.size()) continue;
-    const auto& user = g.stages[d.decided_by];
-    if (std::find(user.after.begin(), user.after.end(), stage.id) == user.after.end()) continue;
-    const bool ready = std::all_of(user.after.begin(), user.after.end(),
-                                   [&](dsl::StageId s) { return st.latest.count(s) > 0; });
-    if (ready) open_branch(self, d);
-  }
+  apply(self, self->state.run->completed(stage, bytes, ref));
 }
 
-// Tells a resolved branch its downstream demand came, and whether its fill served it.
+// Tells the resolved branches whose downstream this is that their demand came.
 void note_demand(Self self, const dsl::Stage& stage, bool from_fill, std::uint64_t fill_branch,
                  double saved_ms, double waited_ms) {
   auto& st = self->state;
-  for (auto& [decision, b] : st.branches) {
-    if (b.first_stage != stage.id || !b.resolved || b.demanded) continue;
-    b.demanded = true;
-    const bool consumed = from_fill && fill_branch == b.id;
-    self->send(b.actor, demanded_atom::value, consumed, saved_ms, waited_ms);
-  }
+  for (const auto& [id, consumed] : st.run->demanded(stage, from_fill, fill_branch))
+    if (auto it = st.branches.find(id); it != st.branches.end())
+      self->send(it->second, demanded_atom::value, consumed, saved_ms, waited_ms);
 }
 
 void answer(Self self, std::uint64_t id, Reply reply) {
@@ -246,12 +190,7 @@ void serve(Self self, std::uint64_t id, bool may_wait) {
               p.wait_started = std::chrono::steady_clock::now();
               f->second.waiters.push_back(id);
               ++svc_of(self).counters->waits;
-              int wait_ms = 2000;
-              for (const auto& d : graph_of(self).decisions)
-                if (std::find(d.downstream.begin(), d.downstream.end(), p.stage) !=
-                    d.downstream.end())
-                  wait_ms = d.limits.wait_ms;
-              self->delayed_send(self, std::chrono::milliseconds(std::max(0, wait_ms)),
+              self->delayed_send(self, st.run->wait_of(graph_of(self).stages[p.stage]),
                                  waitend_atom::value, id);
               return;
             }
@@ -302,19 +241,9 @@ void execute(Self self, std::uint64_t id) {
   if (svc_of(self).switches.reuse && reusable(stage)) {
     // The record keys it reads, rendered now; their versions are snapshotted before it runs,
     // so a write during the execution makes the result stale at insert.
-    Strings keys;
-    bool ok = true;
-    for (const auto& k : stage.reads) {
-      auto r = dsl::render_text(k, st0.vars);
-      if (!r || !r->is_string()) {
-        ok = false;
-        break;
-      }
-      keys.push_back(r->get<std::string>());
-    }
-    if (ok) {
+    if (auto keys = st0.run->read_keys(stage)) {
       p.store = true;
-      self->request(svc_of(self).csl, infinite, snap_atom::value, keys)
+      self->request(svc_of(self).csl, infinite, snap_atom::value, *keys)
           .then(
               [=](ReadRefs& reads) {
                 auto& st = self->state;
@@ -368,17 +297,9 @@ void executed(Self self, std::uint64_t id, const ExecResultPtr& r) {
                static_cast<std::uint32_t>(r->result.usage.completion_tokens)};
   in->cost = r->result.engine_time;
   in->reads = std::move(p.reads);
-  for (const auto& var : stage.uses)
-    if (auto pr = st.producers.find(var); pr != st.producers.end())
-      if (std::find(in->producers.begin(), in->producers.end(), pr->second) == in->producers.end())
-        in->producers.push_back(pr->second);
+  in->producers = st.run->producers_of(stage);
   in->provenance = {csl::Origin::canonical, 0, 0};
-  double ttl = 600;
-  for (const auto& d : graph_of(self).decisions)
-    if (std::find(d.downstream.begin(), d.downstream.end(), stage.id) != d.downstream.end())
-      ttl = d.limits.ttl_s;
-  if (stage.ttl_s) ttl = *stage.ttl_s;
-  in->ttl = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(ttl));
+  in->ttl = st.run->ttl_of(stage);
   auto shared_reply = std::make_shared<Reply>(std::move(reply));
   self->request(svc.csl, infinite, store_atom::value, InsertPtr(in), false)
       .then(
@@ -407,26 +328,8 @@ void on_demand(Self self, const DemandPtr& d) {
     pass_through(svc_of(self), d);
     return;
   }
-  // Variables this request carries.
-  std::vector<std::string> bound;
-  if (auto b = dsl::bind_request(*stage, d->request.body)) {
-    for (auto& [k, v] : *b) {
-      st.vars[k] = v;
-      st.producers.erase(k);
-      bound.push_back(k);
-    }
-  }
-  // A user's pick arrives as the variable the next request binds.
-  for (const auto& dec : g.decisions) {
-    if (dec.window != dsl::Window::user) continue;
-    if (std::find(bound.begin(), bound.end(), dec.name) == bound.end()) continue;
-    const auto& v = st.vars[dec.name];
-    resolve(self, dec, v.is_string() ? Outcome::selected : Outcome::unreadable,
-            v.is_string() ? v.get<std::string>() : std::string());
-  }
-  // A deciding stage: fills start while it runs.
-  if (stage->decides != dsl::kNoId && g.decisions[stage->decides].window == dsl::Window::decode)
-    open_branch(self, g.decisions[stage->decides]);
+  // Variables, a user's pick it carries, a branch it opens (before it runs, so fills overlap).
+  apply(self, st.run->demand(*stage, d->request.body));
   Pending p;
   p.demand = d;
   p.stage = stage->id;
@@ -442,6 +345,8 @@ void on_demand(Self self, const DemandPtr& d) {
 
 behavior workflow_actor(Self self, WorkflowInit init) {
   self->state.init = std::move(init);
+  self->state.run = std::make_unique<WorkflowRun>(self->state.init.graph,
+                                                  self->state.init.services->switches.fills);
   self->set_error_handler([](error&) {});  // stray errors (a dead engine's) end nothing
   ++self->state.init.services->counters->workflows_live;
   self->attach_functor([counters = self->state.init.services->counters](const error&) {
@@ -478,12 +383,8 @@ behavior workflow_actor(Self self, WorkflowInit init) {
         execute(self, id);
       },
       [=](settle_atom, std::uint64_t branch, const FeedbackPtr&) {
-        auto& st = self->state;
-        for (auto it = st.branches.begin(); it != st.branches.end(); ++it)
-          if (it->second.id == branch) {
-            st.branches.erase(it);
-            break;
-          }
+        self->state.run->settled(branch);
+        self->state.branches.erase(branch);
       },
       [=](idle_atom) {
         auto& st = self->state;
@@ -497,12 +398,9 @@ behavior workflow_actor(Self self, WorkflowInit init) {
         }
       },
       [=](stop_atom) {
-        auto& st = self->state;
-        std::vector<dsl::DecisionId> open;
-        for (const auto& [d, b] : st.branches)
-          open.push_back(d);
-        for (const auto d : open)
-          abandon(self, d);
+        for (const auto& [id, actor] : self->state.branches)
+          self->send(actor, abandon_atom::value);
+        self->state.branches.clear();
         self->quit();
       },
   };

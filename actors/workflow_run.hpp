@@ -1,0 +1,103 @@
+// The state of one workflow run, as the workflow actor owns it: the run's variables, which
+// library entry produced each, the latest output of each stage, and its open branches. Pure
+// (no CAF, no threads, no clock): the actor feeds it demands and completions and carries out
+// the Effects it returns (abandon, open and resolve branches), so the lifecycle rules are
+// tested without an actor system (tests/actors/workflow_run_test.cpp).
+//
+// The rules:
+//   - a demand binds the variables its stage's `bind` reads from the request;
+//   - a user-window decision resolves when a demand binds its variable (the user's pick);
+//   - a demand for a decode-window deciding stage opens that decision's branch before the stage
+//     runs (the previous repetition's branch, if still open, is abandoned);
+//   - a completion binds the stage's `outputs` (their producer is the stage's library entry),
+//     resolves a decode-window decision from the stage's output (selected, ambiguous or
+//     unreadable), and opens a user-window branch once every stage before the user's pick has
+//     completed;
+//   - with fills off, no branch opens, but a readable selection is still reported (the
+//     frequency predictor learns from every resolution).
+#pragma once
+
+#include "actors/messages.hpp"
+#include "runtime/branch/branch.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dynrt::actors {
+
+struct BranchOpen {
+  dsl::DecisionId decision = dsl::kNoId;
+  dsl::Bindings bindings;  // the variables when the decision point is reached
+  Producers producers;
+  std::shared_ptr<const nlohmann::json> source_output;  // extract: the source stage's output
+  std::vector<dsl::StageId> chain;                      // what its fills run
+};
+
+struct BranchResolve {
+  dsl::DecisionId decision = dsl::kNoId;
+  branch::Outcome outcome = branch::Outcome::unreadable;
+  std::string value;
+  std::optional<std::uint64_t> branch;  // the open branch to tell, if there is one
+};
+
+struct Effects {
+  std::vector<std::uint64_t> abandon;  // branches superseded by a new repetition
+  std::vector<BranchResolve> resolve;  // selections, in order
+  std::vector<BranchOpen> open;        // branches to open, after the above
+};
+
+class WorkflowRun {
+ public:
+  WorkflowRun(GraphPtr graph, bool fills);
+
+  Effects demand(const dsl::Stage& stage, const nlohmann::json& body);
+  Effects completed(const dsl::Stage& stage, std::string_view response, csl::EntryRef entry);
+
+  // The actor opened the branch `opens` asked for, under `id`.
+  void opened(const BranchOpen& open, std::uint64_t id);
+  void settled(std::uint64_t id);
+  // A demand for `stage` was answered: the resolved branches whose first fill stage it is
+  // learn whether their fill served it (once each). Returns (branch, consumed).
+  std::vector<std::pair<std::uint64_t, bool>> demanded(const dsl::Stage& stage, bool from_fill,
+                                                       std::uint64_t fill_branch);
+  // Branches still open (for the actor to abandon when the run ends).
+  std::vector<std::uint64_t> open_branches() const;
+
+  // The record keys a canonical execution of `stage` reads, rendered; nullopt if one does not
+  // render (the result is then not stored: its read-set is unknown).
+  std::optional<std::vector<std::string>> read_keys(const dsl::Stage& stage) const;
+  // The entries whose outputs rendered `stage`'s input.
+  std::vector<csl::EntryRef> producers_of(const dsl::Stage& stage) const;
+  // The life of `stage`'s stored results, and how long its demand waits for a fill.
+  Duration ttl_of(const dsl::Stage& stage) const;
+  std::chrono::milliseconds wait_of(const dsl::Stage& stage) const;
+
+  const dsl::Bindings& vars() const { return vars_; }
+  const Producers& producers() const { return producers_; }
+
+ private:
+  struct Open {
+    std::uint64_t id = 0;
+    bool resolved = false;
+    bool demanded = false;
+    dsl::StageId first_stage = dsl::kNoId;
+  };
+  void resolve(const dsl::Decision& d, branch::Outcome outcome, std::string value, Effects& fx);
+  void open(const dsl::Decision& d, Effects& fx);
+  const dsl::Decision* governing(const dsl::Stage& stage) const;
+
+  GraphPtr graph_;
+  bool fills_;
+  dsl::Bindings vars_;
+  Producers producers_;
+  std::map<dsl::StageId, std::shared_ptr<const nlohmann::json>> latest_;
+  std::map<dsl::DecisionId, Open> branches_;
+};
+
+}  // namespace dynrt::actors
