@@ -241,7 +241,7 @@ void execute(Self self, std::uint64_t id) {
   if (svc_of(self).switches.reuse && reusable(stage)) {
     // The record keys it reads, rendered now; their versions are snapshotted before it runs,
     // so a write during the execution makes the result stale at insert.
-    if (auto keys = st0.run->read_keys(stage)) {
+    if (auto keys = st0.run->read_keys(stage, p.demand->request.endpoint, p.demand->request.body)) {
       p.store = true;
       self->request(svc_of(self).csl, infinite, snap_atom::value, *keys)
           .then(
@@ -284,7 +284,17 @@ void executed(Self self, std::uint64_t id, const ExecResultPtr& r) {
   reply.served = Served::engine;
   const double waited = p.waited_ms;
   if (!p.store || reply.status != 200) {
-    answer(self, id, std::move(reply));
+    // A stage that writes records: its writes are in force before its answer goes out, so
+    // nothing that read the old versions is served after the caller learns of the write.
+    const auto writes = st.run->write_keys(stage);
+    if (reply.status == 200 && writes && !writes->empty()) {
+      auto shared = std::make_shared<Reply>(std::move(reply));
+      self->request(svc.csl, infinite, write_atom::value, *writes)
+          .then([=](std::uint64_t) { answer(self, id, std::move(*shared)); },
+                [=](error&) { answer(self, id, std::move(*shared)); });
+    } else {
+      answer(self, id, std::move(reply));
+    }
     completed(self, stage, r->result.body, {});
     note_demand(self, stage, false, 0, 0, waited);
     return;

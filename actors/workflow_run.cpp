@@ -1,5 +1,7 @@
 #include "actors/workflow_run.hpp"
 
+#include "runtime/reuse_name.hpp"
+
 #include <algorithm>
 
 namespace dynrt::actors {
@@ -141,6 +143,28 @@ std::vector<std::uint64_t> WorkflowRun::open_branches() const {
 std::optional<std::vector<std::string>> WorkflowRun::read_keys(const dsl::Stage& stage) const {
   std::vector<std::string> keys;
   for (const auto& k : stage.reads) {
+    auto r = dsl::render_text(k, vars_);
+    if (!r || !r->is_string()) return std::nullopt;
+    keys.push_back(r->get<std::string>());
+  }
+  return keys;
+}
+
+std::optional<std::vector<std::string>> WorkflowRun::read_keys(const dsl::Stage& stage,
+                                                               std::string_view endpoint,
+                                                               const nlohmann::json& body) const {
+  if (stage.reads.empty()) return std::vector<std::string>{};
+  auto rendered = dsl::render_stage(stage, vars_);
+  if (!rendered || rendered->endpoint != endpoint ||
+      reuse_name(stage.fingerprint, endpoint, rendered->body) !=
+          reuse_name(stage.fingerprint, endpoint, body))
+    return std::nullopt;
+  return std::move(rendered->reads);
+}
+
+std::optional<std::vector<std::string>> WorkflowRun::write_keys(const dsl::Stage& stage) const {
+  std::vector<std::string> keys;
+  for (const auto& k : stage.writes) {
     auto r = dsl::render_text(k, vars_);
     if (!r || !r->is_string()) return std::nullopt;
     keys.push_back(r->get<std::string>());

@@ -72,6 +72,14 @@ class WorkflowRun {
   // The record keys a canonical execution of `stage` reads, rendered; nullopt if one does not
   // render (the result is then not stored: its read-set is unknown).
   std::optional<std::vector<std::string>> read_keys(const dsl::Stage& stage) const;
+  // The same for the demand `body`: nullopt also when the stage reads records and `body` is
+  // not what the template renders from the run's variables, because the keys rendered from
+  // those variables would then not be the records this request reads.
+  std::optional<std::vector<std::string>> read_keys(const dsl::Stage& stage,
+                                                    std::string_view endpoint,
+                                                    const nlohmann::json& body) const;
+  // The record keys a canonical execution of `stage` writes (its `writes`), rendered.
+  std::optional<std::vector<std::string>> write_keys(const dsl::Stage& stage) const;
   // The entries whose outputs rendered `stage`'s input.
   std::vector<csl::EntryRef> producers_of(const dsl::Stage& stage) const;
   // The life of `stage`'s stored results, and how long its demand waits for a fill.

@@ -219,3 +219,73 @@ TEST(Reply, SinkAnswersOnceAndAnswersWhenAbandoned) {
 
 }  // namespace
 }  // namespace dynrt::testing
+
+namespace dynrt::testing {
+namespace {
+
+// A stage that writes records invalidates what read them before its answer goes out: the next
+// read is a miss and sees the new text.
+TEST(Runtime, AWritingStageInvalidatesBeforeItAnswers) {
+  const std::string yaml = R"(version: 1
+workflow: notes
+inputs:
+  entity: {description: the document}
+  text: {description: its new text}
+stages:
+  read_doc:
+    kind: tool
+    tool: lookup
+    speculable: true
+    bind: {entity: /entity}
+    arguments: {entity: "{{entity}}"}
+    reads: ["doc:{{entity}}"]
+  edit_doc:
+    kind: tool
+    tool: update
+    after: read_doc
+    bind: {entity: /entity, text: /text}
+    arguments: {entity: "{{entity}}", text: "{{text}}"}
+    writes: ["doc:{{entity}}"]
+)";
+  auto corpus = *engines::Corpus::from_json(json::array({{{"key", "doc:a"}, {"text", "old"}}}));
+  corpus->add_tool("lookup", {engines::Corpus::Kind::lookup, "doc:{{entity}}"});
+  corpus->add_tool("update", {engines::Corpus::Kind::write, "doc:{{entity}}"});
+  RuntimeConfig cfg;
+  cfg.engines.push_back({"sim", std::make_shared<engines::sim::SimEngine>(), {}});
+  cfg.tools = corpus;
+  cfg.template_texts = {{"notes.yaml", yaml}};
+  auto rt = Runtime::create(cfg);
+  ASSERT_TRUE(rt.ok()) << rt.error().message;
+  auto& r = **rt;
+  const json a = {{"entity", "a"}};
+  EXPECT_EQ(r.tool("lookup", a, {"notes", "n1", "read_doc"}).get().served, Served::engine);
+  const auto cached = r.tool("lookup", a, {"notes", "n2", "read_doc"}).get();
+  EXPECT_EQ(cached.served, Served::cache);
+  EXPECT_EQ(json::parse(cached.body)["passage"], "old");
+  const auto edit =
+      r.tool("update", {{"entity", "a"}, {"text", "new"}}, {"notes", "n2", "edit_doc"}).get();
+  ASSERT_TRUE(edit.ok()) << edit.error;
+  const auto fresh = r.tool("lookup", a, {"notes", "n3", "read_doc"}).get();
+  EXPECT_EQ(fresh.served, Served::engine);
+  EXPECT_EQ(json::parse(fresh.body)["passage"], "new");
+  EXPECT_GE(r.stats().csl.invalidated, 1u);
+}
+
+// A request that is not what the template renders from the run's variables may read other
+// records than the template's keys say: its result is answered but never stored.
+TEST(Runtime, ResultsWhoseReadSetIsUnknownAreNotStored) {
+  Rig rig(bench::make_workload(graph("routing"), {2, 1, 1.0}), {true, false, 0});
+  const auto& run = rig.workload.runs[0];
+  const auto r = rig.drive(run);
+  ASSERT_TRUE(r.ok()) << r.error;
+  // The executor's call with an api other than the routed handler's, in the same run.
+  std::string other = run.picks[1] == "weather" ? "email" : "weather";
+  const json args = {{"api", other}, {"call", "{}"}};
+  const Tags tags{"routing", run.workflow_id, "execute"};
+  EXPECT_EQ(rig.runtime->tool("call_api", args, tags).get().served, Served::engine);
+  EXPECT_EQ(rig.runtime->tool("call_api", args, tags).get().served, Served::engine)
+      << "stored under a read-set of api:" << run.picks[1];
+}
+
+}  // namespace
+}  // namespace dynrt::testing
