@@ -113,6 +113,7 @@ struct ExecResult {
   bool ok = false;
   engines::EngineResult result;
   engines::EngineError error;
+  std::vector<std::string> writes;  // records a tool call reported writing
 };
 using ExecResultPtr = std::shared_ptr<const ExecResult>;
 

@@ -71,10 +71,12 @@ class ActorSink final : public engines::ResponseSink {
     if (exec_->stream_to) exec_->stream_to->chunk(data);
     if (exec_->answer_to) exec_->answer_to->chunk(data);
   }
-  void on_complete(engines::EngineResult result) override {
+  void on_complete(engines::EngineResult result) override { complete(std::move(result), {}); }
+  void complete(engines::EngineResult result, std::vector<std::string> writes) {
     auto r = std::make_shared<ExecResult>();
     r->ok = true;
     r->result = std::move(result);
+    r->writes = std::move(writes);
     deliver(std::move(r));
   }
   void on_error(engines::EngineError error) override {
@@ -156,7 +158,7 @@ behavior engine_actor(event_based_actor* self, std::shared_ptr<engines::Engine> 
             out.body = r->output.dump();
             out.finish_reason = "stop";
             out.engine_time = std::chrono::steady_clock::now() - started;
-            sink->on_complete(std::move(out));
+            sink->complete(std::move(out), std::move(r->writes));
           });
           return 0;
         }

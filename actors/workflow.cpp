@@ -286,8 +286,11 @@ void executed(Self self, std::uint64_t id, const ExecResultPtr& r) {
   if (!p.store || reply.status != 200) {
     // A stage that writes records: its writes are in force before its answer goes out, so
     // nothing that read the old versions is served after the caller learns of the write.
-    const auto writes = st.run->write_keys(stage);
-    if (reply.status == 200 && writes && !writes->empty()) {
+    // The stage's template writes, and whatever records the tool reported writing.
+    auto writes = st.run->write_keys(stage);
+    if (!writes) writes.emplace();
+    writes->insert(writes->end(), r->writes.begin(), r->writes.end());
+    if (reply.status == 200 && !writes->empty()) {
       auto shared = std::make_shared<Reply>(std::move(reply));
       self->request(svc.csl, infinite, write_atom::value, *writes)
           .then([=](std::uint64_t) { answer(self, id, std::move(*shared)); },

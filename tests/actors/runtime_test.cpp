@@ -246,6 +246,12 @@ stages:
     bind: {entity: /entity, text: /text}
     arguments: {entity: "{{entity}}", text: "{{text}}"}
     writes: ["doc:{{entity}}"]
+  touch_doc:
+    kind: tool
+    tool: update
+    after: edit_doc
+    bind: {entity: /entity, text: /text}
+    arguments: {entity: "{{entity}}", text: "{{text}}"}
 )";
   auto corpus = *engines::Corpus::from_json(json::array({{{"key", "doc:a"}, {"text", "old"}}}));
   corpus->add_tool("lookup", {engines::Corpus::Kind::lookup, "doc:{{entity}}"});
@@ -269,6 +275,14 @@ stages:
   EXPECT_EQ(fresh.served, Served::engine);
   EXPECT_EQ(json::parse(fresh.body)["passage"], "new");
   EXPECT_GE(r.stats().csl.invalidated, 1u);
+  // A stage that declares no writes, whose tool reports one, invalidates just the same.
+  EXPECT_EQ(r.tool("lookup", a, {"notes", "n4", "read_doc"}).get().served, Served::cache);
+  ASSERT_TRUE(r.tool("update", {{"entity", "a"}, {"text", "newer"}}, {"notes", "n4", "touch_doc"})
+                  .get()
+                  .ok());
+  const auto newer = r.tool("lookup", a, {"notes", "n5", "read_doc"}).get();
+  EXPECT_EQ(newer.served, Served::engine);
+  EXPECT_EQ(json::parse(newer.body)["passage"], "newer");
 }
 
 // A request that is not what the template renders from the run's variables may read other
