@@ -39,9 +39,9 @@ std::vector<std::string> FrequencyPredictor::rank(const Hash128& coordinate,
     all.emplace_back(v, count_of(v));
   }
   if (it != tables_.end())
-    for (const auto& [value, n] : it->second.counts)
-      if (std::none_of(all.begin(), all.end(), [&](auto& p) { return p.first == value; }))
-        all.emplace_back(value, n);
+    for (const auto& entry : it->second.counts)  // (a lambda may not capture a binding)
+      if (std::none_of(all.begin(), all.end(), [&](auto& p) { return p.first == entry.first; }))
+        all.push_back(entry);
   std::stable_sort(all.begin(), all.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });
   std::vector<std::string> out;

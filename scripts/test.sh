@@ -13,9 +13,10 @@ cmake --build build -j"$jobs"
 if [ "${DYNRT_TSAN:-1}" != 0 ]; then
   ./scripts/sanitize.sh thread engines_tests
 fi
-# The actor graph under ASan and UBSan (leaks included). TSan is not used there: Debian's CAF
-# is not instrumented, so TSan cannot see its mailbox synchronization and reports noise.
-if [ "${DYNRT_ASAN:-1}" != 0 ]; then
+# The actor graph under ASan and UBSan (leaks included), when DYNRT_ASAN=1: its own build tree
+# takes about 11 minutes on 2 cores, which would bring CI near its 30-minute budget. TSan is
+# not used there: Debian's CAF is not instrumented, so TSan cannot see its mailbox hand-offs.
+if [ "${DYNRT_ASAN:-0}" != 0 ]; then
   ./scripts/sanitize.sh address,undefined actors_tests
 fi
 fuzz_seconds="${DYNRT_FUZZ_SECONDS:-30}"
