@@ -106,6 +106,7 @@ struct Exec {
   std::uint64_t tag = 0;
   std::shared_ptr<ReplySink> stream_to;  // chunks forwarded as they arrive
   std::shared_ptr<ReplySink> answer_to;  // pass-through: the final answer goes here directly
+  std::shared_ptr<ReplySink> call;       // the call it runs for (a client's cancel aborts it)
 };
 using ExecPtr = std::shared_ptr<const Exec>;
 

@@ -29,9 +29,16 @@ ReplySink::~ReplySink() {
         error_reply(503, "service_unavailable", "dynrt stopped before this call was answered"));
 }
 
+void ReplySink::start(Served how) {
+  if (started_) return;
+  started_ = true;
+  if (callbacks_.on_start) callbacks_.on_start(how);
+}
+
 void ReplySink::chunk(std::string_view data) {
   std::lock_guard lock(mutex_);
   if (answered_ || !stream_) return;
+  start(Served::engine);  // live chunks come only from an execution for this call
   chunks_sent_ = true;
   if (callbacks_.on_chunk) callbacks_.on_chunk(data);
 }
@@ -41,6 +48,7 @@ bool ReplySink::done(Reply reply) {
   {
     std::lock_guard lock(mutex_);
     if (answered_) return false;
+    if (reply.ok()) start(reply.served);  // an error is no start: a gateway answers it whole
     // A stored result for a streaming caller is replayed before the answer, under the lock,
     // so nothing else for this call can interleave.
     if (stream_ && !chunks_sent_ && reply.ok() && reply.served != Served::engine &&
@@ -54,6 +62,28 @@ bool ReplySink::done(Reply reply) {
   }
   if (f) f(std::move(reply));
   return true;
+}
+
+void ReplySink::set_canceller(std::function<void()> canceller) {
+  std::function<void()> now;
+  {
+    std::lock_guard lock(mutex_);
+    if (answered_) return;
+    canceller_ = std::move(canceller);
+    if (cancelled_) now = canceller_;
+  }
+  if (now) now();  // cancelled before the engine had the request: abort it now
+}
+
+void ReplySink::cancel() {
+  std::function<void()> f;
+  {
+    std::lock_guard lock(mutex_);
+    if (answered_ || cancelled_) return;
+    cancelled_ = true;
+    f = canceller_;
+  }
+  if (f) f();
 }
 
 bool ReplySink::answered() const {

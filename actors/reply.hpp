@@ -33,6 +33,11 @@ class ReplySink {
   // Chunks were already sent (a retry or a replay must not start over).
   bool streamed() const;
 
+  // How to abort the engine request running for this call (set by the engine actor once it
+  // has a handle); cancel() runs it, at once or as soon as it is set.
+  void set_canceller(std::function<void()> canceller);
+  void cancel();
+
  private:
   mutable std::mutex mutex_;
   ReplyCallbacks callbacks_;
@@ -41,6 +46,11 @@ class ReplySink {
   bool include_usage_ = false;
   bool answered_ = false;
   bool chunks_sent_ = false;
+  bool started_ = false;
+  bool cancelled_ = false;
+  std::function<void()> canceller_;
+
+  void start(Served how);  // under the lock
 };
 
 // The SSE data payloads a live engine would have streamed for `body` (a complete chat or

@@ -124,15 +124,16 @@ struct Runtime::Impl {
   std::atomic<std::uint64_t> next_demand{1};
   std::mutex mutex;
   bool stopped = false;
-  std::vector<std::weak_ptr<ReplySink>> sinks;  // unanswered calls, for shutdown
+  // Calls not known to be answered, for cancel() and shutdown; pruned as it grows.
+  std::unordered_map<CallId, std::weak_ptr<ReplySink>> sinks;
   std::size_t sinks_pruned_at = 0;
 
-  void track(const std::shared_ptr<ReplySink>& s) {
+  void track(CallId id, const std::shared_ptr<ReplySink>& s) {
     std::lock_guard lock(mutex);
-    sinks.push_back(s);
+    sinks.emplace(id, s);
     if (sinks.size() >= 2 * sinks_pruned_at + 1024) {
-      std::erase_if(sinks, [](const auto& w) {
-        auto p = w.lock();
+      std::erase_if(sinks, [](const auto& entry) {
+        auto p = entry.second.lock();
         return !p || p->answered();
       });
       sinks_pruned_at = sinks.size();
@@ -185,40 +186,54 @@ Runtime::~Runtime() {
   shutdown();
 }
 
-void Runtime::complete(Request request, ReplyCallbacks callbacks) {
+CallId Runtime::complete(Request request, ReplyCallbacks callbacks) {
   auto sink = std::make_shared<ReplySink>(std::move(callbacks), request.endpoint, request.body);
+  const CallId id = impl_->next_demand++;
   {
     std::lock_guard lock(impl_->mutex);
     if (impl_->stopped) {
       sink->done(error_reply(503, "service_unavailable", "dynrt is shutting down"));
-      return;
+      return id;
     }
   }
   if (!request.body.is_object()) {
     sink->done(error_reply(400, "invalid_request_error", "the request body must be a JSON object"));
-    return;
+    return id;
   }
-  impl_->track(sink);
+  impl_->track(id, sink);
   auto d = std::make_shared<Demand>();
-  d->id = impl_->next_demand++;
+  d->id = id;
   d->request = std::move(request);
   d->sink = std::move(sink);
   d->arrived = SteadyClock().now();
   anon_send(impl_->root, demand_atom::value, DemandPtr(std::move(d)));
+  return id;
+}
+
+void Runtime::cancel(CallId call) {
+  std::shared_ptr<ReplySink> sink;
+  {
+    std::lock_guard lock(impl_->mutex);
+    const auto it = impl_->sinks.find(call);
+    if (it == impl_->sinks.end()) return;
+    sink = it->second.lock();
+  }
+  if (sink) sink->cancel();
 }
 
 std::future<Reply> Runtime::complete(Request request) {
   auto promise = std::make_shared<std::promise<Reply>>();
   auto future = promise->get_future();
-  complete(std::move(request),
-           ReplyCallbacks{nullptr, [promise](Reply r) { promise->set_value(std::move(r)); }});
+  complete(
+      std::move(request),
+      ReplyCallbacks{nullptr, [promise](Reply r) { promise->set_value(std::move(r)); }, nullptr});
   return future;
 }
 
-void Runtime::tool(std::string name, nlohmann::json arguments, Tags tags,
-                   ReplyCallbacks callbacks) {
-  complete(Request{"/v1/dynrt/tools/" + name, std::move(arguments), std::move(tags)},
-           std::move(callbacks));
+CallId Runtime::tool(std::string name, nlohmann::json arguments, Tags tags,
+                     ReplyCallbacks callbacks) {
+  return complete(Request{"/v1/dynrt/tools/" + name, std::move(arguments), std::move(tags)},
+                  std::move(callbacks));
 }
 
 std::future<Reply> Runtime::tool(std::string name, nlohmann::json arguments, Tags tags) {
@@ -228,21 +243,24 @@ std::future<Reply> Runtime::tool(std::string name, nlohmann::json arguments, Tag
 std::future<std::size_t> Runtime::write(std::vector<std::string> keys) {
   auto promise = std::make_shared<std::promise<std::size_t>>();
   auto future = promise->get_future();
+  write(std::move(keys), [promise](std::size_t removed) { promise->set_value(removed); });
+  return future;
+}
+
+void Runtime::write(std::vector<std::string> keys, std::function<void(std::size_t)> done) {
   {
     std::lock_guard lock(impl_->mutex);
     if (impl_->stopped) {
-      promise->set_value(0);
-      return future;
+      done(0);
+      return;
     }
   }
-  // A scoped actor would block the caller; a short-lived actor answers the promise instead.
-  impl_->system->spawn(
-      [promise, root = impl_->root, keys = std::move(keys)](event_based_actor* self) {
-        self->request(root, infinite, write_atom::value, keys)
-            .then([=](std::uint64_t removed) { promise->set_value(removed); },
-                  [=](error&) { promise->set_value(0); });
-      });
-  return future;
+  // A scoped actor would block the caller; a short-lived actor answers instead.
+  impl_->system->spawn([done = std::move(done), root = impl_->root,
+                        keys = std::move(keys)](event_based_actor* self) {
+    self->request(root, infinite, write_atom::value, keys)
+        .then([=](std::uint64_t removed) { done(removed); }, [=](error&) { done(0); });
+  });
 }
 
 RuntimeStats Runtime::stats() const {
@@ -319,12 +337,12 @@ void Runtime::shutdown() {
   impl_->services.reset();
   impl_->system->await_all_actors_done();
   // Calls whose answer was still to come from an engine get theirs now.
-  std::vector<std::weak_ptr<ReplySink>> sinks;
+  std::unordered_map<CallId, std::weak_ptr<ReplySink>> sinks;
   {
     std::lock_guard lock(impl_->mutex);
     sinks.swap(impl_->sinks);
   }
-  for (auto& w : sinks)
+  for (auto& [id, w] : sinks)
     if (auto s = w.lock())
       s->done(
           error_reply(503, "service_unavailable", "dynrt stopped before this call was answered"));

@@ -70,12 +70,17 @@ struct Reply {
   bool ok() const { return error.empty(); }
 };
 
-// on_chunk: one SSE data payload of a streamed call (`"stream": true`), in order; a result
-// served from a fill or the library is replayed in the same chunk shape. on_done: exactly once.
+// on_start: once, before the first chunk or the answer, with how the call is being served
+// (a gateway puts it in a response header before streaming). on_chunk: one SSE data payload
+// of a streamed call (`"stream": true`), in order; a result served from a fill or the library
+// is replayed in the same chunk shape. on_done: exactly once.
 struct ReplyCallbacks {
   std::function<void(std::string_view)> on_chunk;
   std::function<void(Reply)> on_done;
+  std::function<void(Served)> on_start;
 };
+
+using CallId = std::uint64_t;
 
 struct EngineBinding {
   std::string name;  // for logs and stats
@@ -148,14 +153,20 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  void complete(Request request, ReplyCallbacks callbacks);
+  CallId complete(Request request, ReplyCallbacks callbacks);
   std::future<Reply> complete(Request request);
+  // The caller has gone (a client disconnected): the engine request running for the call, if
+  // any, is aborted (its on_done then reports the cancellation); a call served otherwise still
+  // completes. Unknown and finished calls are ignored.
+  void cancel(CallId call);
   // A tool call: the same as complete() with endpoint /v1/dynrt/tools/<name>.
-  void tool(std::string name, nlohmann::json arguments, Tags tags, ReplyCallbacks callbacks);
+  CallId tool(std::string name, nlohmann::json arguments, Tags tags, ReplyCallbacks callbacks);
   std::future<Reply> tool(std::string name, nlohmann::json arguments, Tags tags = {});
   // External records were written: every result that read an older version (and whatever
   // descends from one) is removed before the future is ready. Returns the entries removed.
   std::future<std::size_t> write(std::vector<std::string> keys);
+  // The same, answered by callback (from an actor's thread) instead of a future.
+  void write(std::vector<std::string> keys, std::function<void(std::size_t)> done);
 
   RuntimeStats stats() const;
   std::vector<std::string> workflows() const;  // the loaded templates' names

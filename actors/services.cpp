@@ -175,6 +175,8 @@ behavior engine_actor(event_based_actor* self, std::shared_ptr<engines::Engine> 
         auto sink = std::make_shared<ActorSink>(exec, in_flight);
         const auto handle = engine->submit(std::move(req), sink);
         sink->submitted(handle);
+        if (exec->call && handle != 0)
+          exec->call->set_canceller([engine, handle] { engine->cancel(handle); });
         return handle;
       },
       [=](abort_atom, std::uint64_t handle) {
@@ -280,7 +282,9 @@ struct PricingState {
       kv_total += s.kv_total;
     }
     if (slots <= 0) slots = 64;
-    if (kv_total > 0) costs.set_kv_tokens(kv_total);
+    // The sim reports its pool in tokens; vLLM and SGLang only a used fraction (kv_total 1):
+    // for those the configured pool size (RuntimeConfig::kv_tokens) stands.
+    if (kv_total > 1000) costs.set_kv_tokens(kv_total);
     // Canonical load: dynrt's own count of the canonical requests it runs, or what the engines
     // report busy beyond dynrt's fills (pass-through traffic, other clients), whichever is more.
     const int canonical_now = std::max(canonical, busy - controller->fills_in_flight());

@@ -20,6 +20,7 @@ void pass_through(const Services& svc, const DemandPtr& d) {
   exec->endpoint = d->request.endpoint;
   exec->body = d->request.body;
   exec->answer_to = d->sink;
+  exec->call = d->sink;
   auto executor = svc.executor_for(exec->endpoint, exec->body);
   if (!executor) {
     d->sink->done(error_reply(404, "not_found", "no engine or tool serves " + exec->endpoint));
@@ -225,6 +226,7 @@ void run(Self self, std::uint64_t id) {
   exec->reply_to = self;
   exec->tag = id;
   if (p.demand->sink->stream()) exec->stream_to = p.demand->sink;
+  exec->call = p.demand->sink;
   auto executor = svc.executor_for(exec->endpoint, exec->body);
   if (!executor)
     return answer(self, id,
