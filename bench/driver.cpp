@@ -68,7 +68,7 @@ RunResult drive(Runtime& rt, const dsl::TemplateGraph& g, const Run& run,
       auto chunks = std::make_shared<std::vector<std::string>>();
       rt.complete(Request{step.endpoint, step.request, Tags{w, run.workflow_id, stage.name}},
                   ReplyCallbacks{[chunks](std::string_view c) { chunks->emplace_back(c); },
-                                 [&done](Reply r) { done.set_value(std::move(r)); }});
+                                 [&done](Reply r) { done.set_value(std::move(r)); }, nullptr});
       step.reply = future.get();
       step.latency = std::chrono::steady_clock::now() - started;
       step.chunks = std::move(*chunks);

@@ -199,7 +199,8 @@ TEST(Reply, SinkAnswersOnceAndAnswersWhenAbandoned) {
                             [&](Reply r) {
                               ++answers;
                               last = std::move(r);
-                            }},
+                            },
+                            nullptr},
                            "/v1/chat/completions", json::object());
     EXPECT_TRUE(sink.done(Reply{}));
     EXPECT_FALSE(sink.done(Reply{}));
@@ -210,7 +211,8 @@ TEST(Reply, SinkAnswersOnceAndAnswersWhenAbandoned) {
                             [&](Reply r) {
                               ++answers;
                               last = std::move(r);
-                            }},
+                            },
+                            nullptr},
                            "/v1/chat/completions", json::object());
   }
   EXPECT_EQ(answers, 2);

@@ -1,0 +1,352 @@
+// `dynrt serve TEMPLATES... [--engine sim|URL ...] [--port N] [--config FILE]`: the gateway in
+// front of the engines. See docs/operations.md for every option and its configuration key.
+#include "actors/runtime.hpp"
+#include "cli/commands.hpp"
+#include "dsl/lint.hpp"
+#include "dsl/report.hpp"
+#include "engines/openai/engine.hpp"
+#include "engines/sim/engine.hpp"
+#include "engines/tools/corpus.hpp"
+#include "gateway/server.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace dynrt::cli {
+
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+void on_signal(int) {
+  g_stop = 1;
+}
+
+struct EngineSpec {
+  std::string url = "sim";  // "sim" or http(s)://host:port
+  std::vector<std::string> models;
+  std::string flavor = "automatic";
+  int max_num_seqs = 256;
+};
+
+struct ServeOptions {
+  std::vector<std::string> templates;
+  std::vector<std::string> engine_flags;  // [MODEL,MODEL=]URL|sim
+  std::vector<EngineSpec> engines;
+  std::string config;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int threads = 2;
+  int io_threads = 2;
+  double time_scale = 1000;
+  int sim_slots = 64;
+  std::string script;
+  std::string corpus;
+  bool no_reuse = false;
+  bool no_fills = false;
+  std::size_t max_body_bytes = std::size_t{8} << 20;
+  std::size_t max_header_bytes = std::size_t{16} << 10;
+  int header_timeout_ms = 10'000;
+  int workflow_idle_ms = 60'000;
+  int shutdown_grace_ms = 10'000;
+};
+
+// "qwen3-32b,qwen3-0.6b=http://vllm:8000", "http://vllm:8000" or "sim".
+EngineSpec parse_engine_flag(const std::string& flag) {
+  EngineSpec e;
+  const auto eq = flag.find('=');
+  if (eq != std::string::npos && flag.find("://") > eq) {
+    std::stringstream models(flag.substr(0, eq));
+    for (std::string m; std::getline(models, m, ',');)
+      if (!m.empty()) e.models.push_back(m);
+    e.url = flag.substr(eq + 1);
+  } else {
+    e.url = flag;
+  }
+  return e;
+}
+
+// Reads the YAML configuration into `o`; flags given on the command line win (they are applied
+// after). Errors name the file and the key.
+bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    std::cerr << "dynrt serve: " << path << ":" << e.mark.line + 1 << ":" << e.mark.column + 1
+              << ": " << e.msg << "\n";
+    return false;
+  }
+  auto given = [&](const char* flag) { return cmd.count(flag) > 0; };
+  try {
+    if (const auto l = root["listen"]) {
+      if (l["host"] && !given("--host")) o.host = l["host"].as<std::string>();
+      if (l["port"] && !given("--port")) o.port = l["port"].as<int>();
+    }
+    if (const auto es = root["engines"]; es && !given("--engine")) {
+      for (const auto& e : es) {
+        EngineSpec spec;
+        spec.url = e["url"].as<std::string>("sim");
+        if (e["models"])
+          for (const auto& m : e["models"])
+            spec.models.push_back(m.as<std::string>());
+        spec.flavor = e["flavor"].as<std::string>("automatic");
+        spec.max_num_seqs = e["max_num_seqs"].as<int>(256);
+        o.engines.push_back(spec);
+      }
+    }
+    if (const auto s = root["sim"]) {
+      if (s["time_scale"] && !given("--time-scale")) o.time_scale = s["time_scale"].as<double>();
+      if (s["slots"] && !given("--sim-slots")) o.sim_slots = s["slots"].as<int>();
+      if (s["script"] && !given("--script")) o.script = s["script"].as<std::string>();
+    }
+    if (const auto t = root["tools"])
+      if (t["corpus"] && !given("--corpus")) o.corpus = t["corpus"].as<std::string>();
+    if (const auto sw = root["switches"]) {
+      if (sw["reuse"] && !given("--no-reuse")) o.no_reuse = !sw["reuse"].as<bool>();
+      if (sw["fills"] && !given("--no-fills")) o.no_fills = !sw["fills"].as<bool>();
+    }
+    if (const auto l = root["limits"]) {
+      if (l["max_body_bytes"] && !given("--max-body-bytes"))
+        o.max_body_bytes = l["max_body_bytes"].as<std::size_t>();
+      if (l["max_header_bytes"] && !given("--max-header-bytes"))
+        o.max_header_bytes = l["max_header_bytes"].as<std::size_t>();
+      if (l["header_timeout_ms"] && !given("--header-timeout-ms"))
+        o.header_timeout_ms = l["header_timeout_ms"].as<int>();
+      if (l["workflow_idle_ms"] && !given("--workflow-idle-ms"))
+        o.workflow_idle_ms = l["workflow_idle_ms"].as<int>();
+      if (l["shutdown_grace_ms"] && !given("--shutdown-grace-ms"))
+        o.shutdown_grace_ms = l["shutdown_grace_ms"].as<int>();
+    }
+    if (root["threads"] && !given("--threads")) o.threads = root["threads"].as<int>();
+    if (root["io_threads"] && !given("--io-threads")) o.io_threads = root["io_threads"].as<int>();
+  } catch (const YAML::Exception& e) {
+    std::cerr << "dynrt serve: " << path << ":" << e.mark.line + 1 << ":" << e.mark.column + 1
+              << ": " << e.msg << "\n";
+    return false;
+  }
+  return true;
+}
+
+std::string summary(const dsl::TemplateGraph& g) {
+  std::size_t speculable = 0;
+  for (const auto& s : g.stages)
+    speculable += s.speculable;
+  std::ostringstream out;
+  out << "  " << g.workflow << ": " << g.stages.size() << " stages (" << speculable
+      << " speculable)";
+  for (const auto& d : g.decisions)
+    out << ", decision " << d.name << " (" << dsl::to_string(d.promotion) << ", "
+        << dsl::to_string(d.candidates.kind) << " candidates)";
+  return out.str();
+}
+
+int serve(ServeOptions o, const CLI::App& cmd) {
+  if (!o.config.empty() && !load_config(o.config, o, cmd)) return kExitUsage;
+  for (const auto& f : o.engine_flags)
+    o.engines.push_back(parse_engine_flag(f));
+  if (o.engines.empty()) o.engines.push_back(EngineSpec{});
+
+  // Templates first: refuse to start on a finding, and print it like `dynrt lint` does.
+  const auto report = dsl::lint_paths(o.templates);
+  if (!report.usage_errors.empty()) {
+    for (const auto& u : report.usage_errors)
+      std::cerr << "dynrt serve: " << u << "\n";
+    return kExitUsage;
+  }
+  if (report.count(dsl::Severity::error) > 0) {
+    std::cerr << dsl::format_text(report)
+              << "dynrt serve: the templates have errors; fix them (dynrt lint) and start again\n";
+    return kExitFindings;
+  }
+
+  RuntimeConfig config;
+  config.template_paths = o.templates;
+  config.reuse = !o.no_reuse;
+  config.fills = !o.no_fills;
+  config.threads = o.threads;
+  config.workflow_idle = std::chrono::milliseconds(o.workflow_idle_ms);
+  std::vector<std::string> models;
+  for (std::size_t i = 0; i < o.engines.size(); ++i) {
+    const auto& e = o.engines[i];
+    std::shared_ptr<engines::Engine> engine;
+    if (e.url == "sim") {
+      engines::sim::SimParams params;
+      params.slots = o.sim_slots;
+      engines::sim::Script script;
+      if (!o.script.empty()) {
+        auto loaded = engines::sim::Script::load(o.script);
+        if (!loaded) {
+          std::cerr << "dynrt serve: " << loaded.error().message << "\n";
+          return kExitUsage;
+        }
+        script = std::move(*loaded);
+      }
+      engines::sim::SimEngineOptions so;
+      so.time_scale = o.time_scale;
+      so.name = "sim";
+      engine = std::make_shared<engines::sim::SimEngine>(params, std::move(script), so);
+    } else if (e.url.rfind("http://", 0) == 0 || e.url.rfind("https://", 0) == 0) {
+      engines::OpenAiOptions oo;
+      oo.base_url = e.url;
+      while (!oo.base_url.empty() && oo.base_url.back() == '/')
+        oo.base_url.pop_back();
+      if (oo.base_url.size() >= 3 && oo.base_url.compare(oo.base_url.size() - 3, 3, "/v1") == 0)
+        oo.base_url.resize(oo.base_url.size() - 3);
+      oo.max_num_seqs = e.max_num_seqs;
+      oo.name = e.url;
+      const std::string& f = e.flavor;
+      if (f == "vllm")
+        oo.flavor = engines::EngineFlavor::vllm;
+      else if (f == "sglang")
+        oo.flavor = engines::EngineFlavor::sglang;
+      else if (f == "llamacpp")
+        oo.flavor = engines::EngineFlavor::llamacpp;
+      else if (f == "generic")
+        oo.flavor = engines::EngineFlavor::generic;
+      else if (f != "automatic") {
+        std::cerr << "dynrt serve: engine " << e.url << ": unknown flavor \"" << f
+                  << "\" (vllm, sglang, llamacpp, generic or automatic)\n";
+        return kExitUsage;
+      }
+      engine = std::make_shared<engines::OpenAiEngine>(oo);
+    } else {
+      std::cerr << "dynrt serve: --engine \"" << e.url
+                << "\" is neither sim nor an http:// or https:// URL\n";
+      return kExitUsage;
+    }
+    config.engines.push_back({e.url, engine, e.models});
+    models.insert(models.end(), e.models.begin(), e.models.end());
+  }
+  if (!o.corpus.empty()) {
+    std::ifstream in(o.corpus);
+    const auto doc = nlohmann::json::parse(in, nullptr, false);
+    if (!in.good() && !in.eof()) {
+      std::cerr << "dynrt serve: cannot read " << o.corpus << "\n";
+      return kExitUsage;
+    }
+    if (doc.is_discarded() || !doc.is_object() || !doc.contains("documents") ||
+        !doc.contains("tools") || !doc["tools"].is_object()) {
+      std::cerr << "dynrt serve: " << o.corpus
+                << ": expected {\"documents\": [{\"key\", \"text\"}...], \"tools\": {\"name\": "
+                   "\"key template\"}}\n";
+      return kExitUsage;
+    }
+    auto corpus = engines::Corpus::from_json(doc["documents"]);
+    if (!corpus) {
+      std::cerr << "dynrt serve: " << o.corpus << ": " << corpus.error().message << "\n";
+      return kExitUsage;
+    }
+    for (const auto& [name, key] : doc["tools"].items()) {
+      if (!key.is_string()) {
+        std::cerr << "dynrt serve: " << o.corpus << ": tool " << name << " needs a key template\n";
+        return kExitUsage;
+      }
+      (*corpus)->add_tool(name, {engines::Corpus::Kind::lookup, key.get<std::string>()});
+    }
+    config.tools = *corpus;
+  }
+
+  auto runtime = Runtime::create(config);
+  if (!runtime) {
+    std::cerr << "dynrt serve: " << runtime.error().message << "\n";
+    return kExitFindings;
+  }
+  gateway::GatewayOptions go;
+  go.host = o.host;
+  go.port = static_cast<std::uint16_t>(o.port);
+  go.threads = o.io_threads;
+  go.max_body_bytes = o.max_body_bytes;
+  go.max_header_bytes = o.max_header_bytes;
+  go.header_timeout = std::chrono::milliseconds(o.header_timeout_ms);
+  go.models = models.empty() ? std::vector<std::string>{"sim"} : models;
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  std::unique_ptr<gateway::Gateway> gw;
+  try {
+    gw = std::make_unique<gateway::Gateway>(**runtime, go);
+  } catch (const std::exception& e) {
+    std::cerr << "dynrt serve: " << e.what() << "\n";
+    return 1;
+  }
+  std::printf("dynrt listening on http://%s:%u (%s; reuse %s, fills %s)\n", o.host.c_str(),
+              static_cast<unsigned>(gw->port()), o.engines.front().url.c_str(),
+              o.no_reuse ? "off" : "on", o.no_fills ? "off" : "on");
+  for (const auto* g : report.graphs())
+    std::printf("%s\n", summary(*g).c_str());
+  std::fflush(stdout);
+  sigset_t none;
+  sigemptyset(&none);
+  while (!g_stop)
+    sigsuspend(&none);  // sleep until a signal
+  std::fprintf(stderr, "dynrt serve: stopping\n");
+  gw->stop(std::chrono::milliseconds(o.shutdown_grace_ms));
+  (*runtime)->shutdown();
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app, std::function<int()>& run) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "serve", "Serve the OpenAI-compatible API in front of the engines, with the templates");
+  cmd->footer(
+      "Tag requests with X-DynRT-Workflow, X-DynRT-Workflow-Id and X-DynRT-Stage; untagged\n"
+      "requests are forwarded unchanged. Every option also has a key in the --config file\n"
+      "(docs/operations.md); options given here win over the file.");
+  cmd->add_option("templates", o->templates, "Template files or folders")->required();
+  cmd->add_option("--engine", o->engine_flags,
+                  "An engine: sim (the embedded simulated engine), or [MODEL,...=]URL of an "
+                  "OpenAI-compatible server; repeat for several (the first takes the models "
+                  "no other names)");
+  cmd->add_option("--config", o->config, "YAML configuration file");
+  cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", o->port, "Port to listen on; 0 picks a free one")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_option("--threads", o->threads, "Actor scheduler threads")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  cmd->add_option("--io-threads", o->io_threads, "HTTP I/O threads")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  cmd->add_option("--time-scale", o->time_scale,
+                  "sim: real milliseconds per simulated second (1000 real time, 0 as fast as "
+                  "possible)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--sim-slots", o->sim_slots, "sim: decode slots")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  cmd->add_option("--script", o->script, "sim: response script (JSON lines)");
+  cmd->add_option("--corpus", o->corpus,
+                  "Built-in retrieval corpus and its lookup tools, as JSON {\"documents\": "
+                  "[...], \"tools\": {\"name\": \"key template\"}}");
+  cmd->add_flag("--no-reuse", o->no_reuse, "Turn exact reuse across requests (C1) off");
+  cmd->add_flag("--no-fills", o->no_fills, "Turn speculative fills (C2) off");
+  cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (413 above)")
+      ->capture_default_str();
+  cmd->add_option("--max-header-bytes", o->max_header_bytes, "Largest request head (431 above)")
+      ->capture_default_str();
+  cmd->add_option("--header-timeout-ms", o->header_timeout_ms,
+                  "Time a client has to send a whole request (408 after)")
+      ->check(CLI::Range(1, 3'600'000))
+      ->capture_default_str();
+  cmd->add_option("--workflow-idle-ms", o->workflow_idle_ms,
+                  "A workflow run's state is dropped after this much quiet")
+      ->check(CLI::Range(1, 86'400'000))
+      ->capture_default_str();
+  cmd->add_option("--shutdown-grace-ms", o->shutdown_grace_ms,
+                  "On SIGINT/SIGTERM, how long calls in flight may finish before they are "
+                  "cancelled")
+      ->check(CLI::Range(0, 3'600'000))
+      ->capture_default_str();
+  cmd->callback([o, cmd, &run] { run = [o, cmd] { return serve(*o, *cmd); }; });
+}
+
+}  // namespace dynrt::cli

@@ -1,0 +1,520 @@
+#include "gateway/server.hpp"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+#include <utility>
+
+namespace dynrt::gateway {
+
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using nlohmann::json;
+
+std::string openai_error(std::string_view message, std::string_view type, int code) {
+  return json{{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}}
+      .dump();
+}
+
+constexpr std::string_view kToolsPrefix = "/v1/dynrt/tools/";
+
+}  // namespace
+
+struct Gateway::Impl {
+  Runtime& runtime;
+  GatewayOptions options;
+  net::io_context ioc;
+  tcp::acceptor acceptor{ioc};
+  std::vector<std::thread> threads;
+  std::uint16_t bound_port = 0;
+
+  std::mutex active_mutex;
+  std::condition_variable idle;  // active became empty
+  std::set<CallId> active;       // calls in flight, cancelled when the gateway stops
+
+  Impl(Runtime& r, GatewayOptions o) : runtime(r), options(std::move(o)) {}
+  void accept();
+  void track(CallId id, bool on) {
+    std::lock_guard lock(active_mutex);
+    if (on)
+      active.insert(id);
+    else
+      active.erase(id);
+    if (active.empty()) idle.notify_all();
+  }
+};
+
+namespace {
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, Gateway::Impl& gw) : stream_(std::move(socket)), gw_(gw) {}
+
+  void start() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read(); });
+  }
+
+ private:
+  // -- reading and routing -------------------------------------------------------------------
+
+  void read() {
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(gw_.options.max_header_bytes));
+    parser_->body_limit(gw_.options.max_body_bytes);
+    // One deadline for the whole request: a client sending a byte a second does not hold a
+    // connection for ever.
+    stream_.expires_after(gw_.options.header_timeout);
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+  }
+
+  void on_read(beast::error_code ec) {
+    keep_alive_ = false;  // after an error, the connection's framing cannot be trusted
+    if (ec == http::error::body_limit)
+      return error(http::status::payload_too_large, "the request body is over the limit of " +
+                                                        std::to_string(gw_.options.max_body_bytes) +
+                                                        " bytes");
+    if (ec == http::error::header_limit)
+      return error(http::status::request_header_fields_too_large,
+                   "the request headers are over the limit of " +
+                       std::to_string(gw_.options.max_header_bytes) + " bytes");
+    if (ec == beast::error::timeout) {
+      // Nothing at all arrived: a keep-alive connection going idle, closed quietly.
+      if (!parser_->got_some()) return close();
+      return error(http::status::request_timeout, "the request did not arrive within the deadline");
+    }
+    if (ec == http::error::end_of_stream || ec == net::error::eof ||
+        ec == net::error::connection_reset)
+      return close();
+    if (ec) return error(http::status::bad_request, "malformed HTTP request: " + ec.message());
+    stream_.expires_never();
+    request_ = parser_->release();
+    keep_alive_ = request_.keep_alive();
+    handle();
+  }
+
+  void handle() {
+    const std::string target(request_.target());
+    const std::string path = target.substr(0, target.find('?'));
+    const bool get = request_.method() == http::verb::get;
+    const bool post = request_.method() == http::verb::post;
+    if (path == "/healthz")
+      return get ? respond(http::status::ok, "ok\n", "text/plain") : not_allowed();
+    if (path == "/metrics")
+      return get ? respond(http::status::ok, prometheus_text(gw_.runtime.stats()),
+                           "text/plain; version=0.0.4")
+                 : not_allowed();
+    if (path == "/v1/models") return get ? models() : not_allowed();
+    if (path == "/v1/chat/completions" || path == "/v1/completions")
+      return post ? completion(path) : not_allowed();
+    if (path.rfind(kToolsPrefix, 0) == 0 && path.size() > kToolsPrefix.size())
+      return post ? tool(path) : not_allowed();
+    if (path == "/v1/dynrt/writes") return post ? writes() : not_allowed();
+    error(http::status::not_found, "no route for " + path);
+  }
+
+  Tags tags() const {
+    Tags t;
+    auto header = [&](const char* name) {
+      const auto it = request_.find(name);
+      return it == request_.end() ? std::string() : std::string(it->value());
+    };
+    t.workflow = header("X-DynRT-Workflow");
+    t.workflow_id = header("X-DynRT-Workflow-Id");
+    t.stage = header("X-DynRT-Stage");
+    return t;
+  }
+
+  std::optional<json> json_body() {
+    json body = json::parse(request_.body(), nullptr, false);
+    if (body.is_discarded()) {
+      error(http::status::bad_request, "the request body is not valid JSON");
+      return std::nullopt;
+    }
+    if (!body.is_object()) {
+      error(http::status::bad_request, "the request body must be a JSON object");
+      return std::nullopt;
+    }
+    return body;
+  }
+
+  void completion(const std::string& path) {
+    auto body = json_body();
+    if (!body) return;
+    if (body->contains("stream") && !(*body)["stream"].is_boolean())
+      return error(http::status::bad_request, "`stream` must be a boolean");
+    if (body->contains("model") && !(*body)["model"].is_string())
+      return error(http::status::bad_request, "`model` must be a string");
+    const bool chat = path == "/v1/chat/completions";
+    if (chat && !(body->contains("messages") && (*body)["messages"].is_array()))
+      return error(http::status::bad_request, "`messages` must be an array");
+    if (!chat && !(body->contains("prompt") &&
+                   ((*body)["prompt"].is_string() || (*body)["prompt"].is_array())))
+      return error(http::status::bad_request, "`prompt` must be a string or an array");
+    streaming_ = body->value("stream", false);
+    call(Request{path, std::move(*body), tags()});
+  }
+
+  void tool(const std::string& path) {
+    auto body = json_body();
+    if (!body) return;
+    streaming_ = false;
+    call(Request{path, std::move(*body), tags()});
+  }
+
+  void writes() {
+    auto body = json_body();
+    if (!body) return;
+    const auto keys = body->find("keys");
+    if (keys == body->end() || !keys->is_array())
+      return error(http::status::bad_request, "`keys` must be an array of record keys");
+    std::vector<std::string> list;
+    for (const auto& k : *keys) {
+      if (!k.is_string() || k.get<std::string>().empty())
+        return error(http::status::bad_request, "every record key must be a non-empty string");
+      list.push_back(k.get<std::string>());
+    }
+    const auto n = list.size();
+    gw_.runtime.write(std::move(list), [self = shared_from_this(), n](std::size_t removed) {
+      net::post(self->stream_.get_executor(), [self, n, removed] {
+        self->respond(http::status::ok, json{{"written", n}, {"invalidated", removed}}.dump(),
+                      "application/json");
+      });
+    });
+  }
+
+  void models() {
+    json data = json::array();
+    for (const auto& m : gw_.options.models)
+      data.push_back({{"id", m}, {"object", "model"}, {"created", 0}, {"owned_by", "dynrt"}});
+    respond(http::status::ok, json{{"object", "list"}, {"data", data}}.dump(), "application/json");
+  }
+
+  // -- one call through the runtime -----------------------------------------------------------
+
+  void call(Request request) {
+    headers_sent_ = finished_ = false;
+    served_ = Served::engine;
+    ++generation_;
+    auto self = shared_from_this();
+    ReplyCallbacks cb;
+    cb.on_start = [self](Served how) {
+      net::post(self->stream_.get_executor(), [self, how] { self->started(how); });
+    };
+    cb.on_chunk = [self](std::string_view data) {
+      net::post(self->stream_.get_executor(),
+                [self, d = std::string(data)]() mutable { self->chunk(std::move(d)); });
+    };
+    cb.on_done = [self](Reply reply) {
+      net::post(self->stream_.get_executor(),
+                [self, r = std::move(reply)]() mutable { self->done(std::move(r)); });
+    };
+    in_flight_ = true;
+    call_ = gw_.runtime.complete(std::move(request), std::move(cb));
+    gw_.track(call_, true);
+    watch_disconnect();
+  }
+
+  void started(Served how) {
+    served_ = how;
+    if (streaming_ && !closed_) send_stream_header();
+  }
+
+  void chunk(std::string data) {
+    if (!streaming_ || closed_) return;
+    out_.push_back("data: " + data + "\n\n");
+    pump();
+  }
+
+  void done(Reply reply) {
+    in_flight_ = false;
+    gw_.track(call_, false);
+    if (closed_) return;
+    if (streaming_ && (headers_sent_ || writing_)) {  // the stream has begun: end it
+      if (!reply.ok()) out_.push_back("data: " + reply.body + "\n\n");
+      out_.push_back("data: [DONE]\n\n");
+      finished_ = true;
+      return pump();
+    }
+    streaming_ = false;
+    respond(static_cast<http::status>(reply.status), std::move(reply.body), "application/json",
+            reply.ok());
+  }
+
+  // A client that closes its connection while its call runs has the call cancelled. A
+  // non-blocking MSG_PEEK tells a close (0 bytes) from a spurious wake-up (EAGAIN) or a
+  // pipelined request (data).
+  void watch_disconnect() {
+    stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(),
+                                                         gen = generation_](beast::error_code ec) {
+      if (ec || gen != self->generation_ || !self->in_flight_) return;
+      char byte = 0;
+      const auto n =
+          ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n > 0) return;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return self->watch_disconnect();
+      self->gw_.runtime.cancel(self->call_);
+      self->close();
+    });
+  }
+
+  // -- writing ---------------------------------------------------------------------------------
+
+  void send_stream_header() {
+    if (headers_sent_ || writing_) return;
+    auto res =
+        std::make_shared<http::response<http::empty_body>>(http::status::ok, request_.version());
+    res->set(http::field::content_type, "text/event-stream");
+    res->set(http::field::cache_control, "no-cache");
+    res->set("X-DynRT-Served", std::string(to_string(served_)));
+    res->keep_alive(keep_alive_);
+    res->chunked(true);
+    auto sr = std::make_shared<http::response_serializer<http::empty_body>>(*res);
+    writing_ = true;
+    http::async_write_header(
+        stream_, *sr, [self = shared_from_this(), res, sr](beast::error_code ec, std::size_t) {
+          self->writing_ = false;
+          if (ec) return self->fail();
+          self->headers_sent_ = true;
+          self->pump();
+        });
+  }
+
+  // Every queued SSE event goes out as one HTTP chunk per wake-up; the last chunk with them.
+  void pump() {
+    if (writing_ || !headers_sent_ || closed_) return;
+    if (out_.empty() && !finished_) return;
+    auto data = std::make_shared<std::string>();
+    if (!out_.empty()) {
+      std::size_t size = 0;
+      for (const auto& e : out_)
+        size += e.size();
+      char head[24];
+      const int n = std::snprintf(head, sizeof head, "%zx\r\n", size);
+      data->append(head, static_cast<std::size_t>(n));
+      for (const auto& e : out_)
+        data->append(e);
+      data->append("\r\n");
+      out_.clear();
+    }
+    const bool last = std::exchange(finished_, false);
+    if (last) data->append("0\r\n\r\n");
+    writing_ = true;
+    net::async_write(stream_, net::buffer(*data),
+                     [self = shared_from_this(), data, last](beast::error_code ec, std::size_t) {
+                       self->writing_ = false;
+                       if (ec) return self->fail();
+                       if (!last) return self->pump();
+                       self->streaming_ = false;
+                       if (!self->keep_alive_) return self->close();
+                       self->read();
+                     });
+  }
+
+  void fail() {
+    if (in_flight_) gw_.runtime.cancel(call_);
+    close();
+  }
+
+  void error(http::status status, std::string_view message) {
+    const int code = static_cast<int>(status);
+    const char* type = code == 404   ? "not_found_error"
+                       : code == 405 ? "invalid_request_error"
+                       : code == 408 ? "timeout_error"
+                       : code >= 500 ? "server_error"
+                                     : "invalid_request_error";
+    respond(status, openai_error(message, type, code), "application/json");
+  }
+
+  void not_allowed() {
+    error(http::status::method_not_allowed, "method not allowed on this route");
+  }
+
+  void respond(http::status status, std::string body, std::string_view type,
+               bool with_served = false) {
+    auto res = std::make_shared<http::response<http::string_body>>(status, request_.version());
+    res->set(http::field::content_type, std::string(type));
+    if (with_served) res->set("X-DynRT-Served", std::string(to_string(served_)));
+    res->keep_alive(keep_alive_);
+    res->body() = std::move(body);
+    res->prepare_payload();
+    http::async_write(stream_, *res,
+                      [self = shared_from_this(), res](beast::error_code ec, std::size_t) {
+                        if (ec || !self->keep_alive_) return self->close();
+                        self->read();
+                      });
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.socket().close(ec);
+  }
+
+  beast::tcp_stream stream_;
+  Gateway::Impl& gw_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  http::request<http::string_body> request_;
+  bool keep_alive_ = true;
+  bool streaming_ = false;
+  bool headers_sent_ = false;
+  bool writing_ = false;
+  bool finished_ = false;
+  bool closed_ = false;
+  bool in_flight_ = false;
+  Served served_ = Served::engine;
+  CallId call_ = 0;
+  std::uint64_t generation_ = 0;
+  std::deque<std::string> out_;
+};
+
+}  // namespace
+
+void Gateway::Impl::accept() {
+  acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+    if (ec == net::error::operation_aborted) return;
+    if (!ec) {
+      beast::error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);  // streamed events are small: no Nagle
+      std::make_shared<Session>(std::move(socket), *this)->start();
+    }
+    accept();
+  });
+}
+
+Gateway::Gateway(Runtime& runtime, GatewayOptions options)
+    : impl_(std::make_unique<Impl>(runtime, std::move(options))) {
+  const std::string where = impl_->options.host + ":" + std::to_string(impl_->options.port);
+  beast::error_code ec;
+  const auto address = net::ip::make_address(impl_->options.host, ec);
+  if (ec) throw std::runtime_error("cannot listen on " + where + ": not an IP address");
+  const tcp::endpoint ep(address, impl_->options.port);
+  impl_->acceptor.open(ep.protocol(), ec);
+  if (!ec) impl_->acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) impl_->acceptor.bind(ep, ec);
+  if (!ec) impl_->acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) throw std::runtime_error("cannot listen on " + where + ": " + ec.message());
+  impl_->bound_port = impl_->acceptor.local_endpoint().port();
+  impl_->accept();
+  for (int i = 0; i < std::max(1, impl_->options.threads); ++i)
+    impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+}
+
+Gateway::~Gateway() {
+  stop();
+}
+
+std::uint16_t Gateway::port() const {
+  return impl_->bound_port;
+}
+
+void Gateway::stop(std::chrono::milliseconds grace) {
+  if (impl_->threads.empty()) return;
+  net::post(impl_->ioc, [this] {
+    beast::error_code ec;
+    impl_->acceptor.close(ec);
+  });
+  {
+    std::unique_lock lock(impl_->active_mutex);
+    impl_->idle.wait_for(lock, grace, [this] { return impl_->active.empty(); });
+  }
+  std::set<CallId> active;
+  {
+    std::lock_guard lock(impl_->active_mutex);
+    active = impl_->active;
+  }
+  for (const CallId c : active)
+    impl_->runtime.cancel(c);
+  impl_->ioc.stop();
+  for (auto& t : impl_->threads)
+    t.join();
+  impl_->threads.clear();
+}
+
+std::string prometheus_text(const RuntimeStats& s) {
+  std::ostringstream out;
+  auto metric = [&](const char* name, const char* type, const char* help, double value,
+                    const char* labels = "") {
+    out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
+        << name << labels << ' ' << value << '\n';
+  };
+  out << "# HELP dynrt_requests_total Calls answered, by how they were served.\n"
+      << "# TYPE dynrt_requests_total counter\n"
+      << "dynrt_requests_total{served=\"engine\"} " << s.served_engine << '\n'
+      << "dynrt_requests_total{served=\"fill\"} " << s.served_fill << '\n'
+      << "dynrt_requests_total{served=\"cache\"} " << s.served_cache << '\n';
+  metric("dynrt_passthrough_total", "counter", "Untagged or unknown calls forwarded unchanged.",
+         static_cast<double>(s.passthrough));
+  metric("dynrt_errors_total", "counter", "Calls answered with an error.",
+         static_cast<double>(s.errors));
+  metric("dynrt_fills_issued_total", "counter", "Fills admitted and started.",
+         static_cast<double>(s.fills_issued));
+  metric("dynrt_fills_consumed_total", "counter", "Fills whose result served the selected demand.",
+         static_cast<double>(s.fills_consumed));
+  metric("dynrt_fills_cancelled_total", "counter", "Fills aborted (losers, unusable selections).",
+         static_cast<double>(s.fills_cancelled));
+  metric("dynrt_fills_failed_total", "counter", "Fills that failed (a miss, never an answer).",
+         static_cast<double>(s.fills_failed));
+  metric("dynrt_shadows_discarded_total", "counter", "Fill results discarded unused.",
+         static_cast<double>(s.shadows_discarded));
+  metric("dynrt_engine_saved_seconds_total", "counter",
+         "Engine time of results served without execution.", s.engine_ms_saved / 1000);
+  metric("dynrt_engine_wasted_seconds_total", "counter", "Engine time of fills nobody consumed.",
+         s.engine_ms_wasted / 1000);
+  metric("dynrt_branches_opened_total", "counter", "Decision points reached with candidates.",
+         static_cast<double>(s.branches_opened));
+  metric("dynrt_gate_branches_opened_total", "counter", "Generation gate (Action 0): opened.",
+         static_cast<double>(s.admission.branches_opened));
+  metric("dynrt_gate_branches_closed_total", "counter", "Generation gate (Action 0): kept closed.",
+         static_cast<double>(s.admission.branches_closed));
+  metric("dynrt_gate_fills_admitted_total", "counter", "Fill gate (Action 1): admitted.",
+         static_cast<double>(s.admission.fills_admitted));
+  metric("dynrt_gate_fills_refused_total", "counter", "Fill gate (Action 1): refused.",
+         static_cast<double>(s.admission.fills_refused));
+  metric("dynrt_load_envelope", "gauge", "The causal load envelope rho_H (Eq. 3).", s.envelope);
+  metric("dynrt_fills_in_flight", "gauge", "Fills holding a reservation.", s.fills_in_flight);
+  metric("dynrt_csl_entries", "gauge", "Entries in the Completed-Subgraph Library.",
+         static_cast<double>(s.csl_entries));
+  metric("dynrt_csl_shadows", "gauge", "Shadows (fill results not yet promoted).",
+         static_cast<double>(s.csl_shadows));
+  metric("dynrt_csl_bytes", "gauge", "Result bytes held by the library.",
+         static_cast<double>(s.csl_bytes));
+  metric("dynrt_csl_hits_total", "counter", "Library probes that served a confirmed entry.",
+         static_cast<double>(s.csl.hits));
+  metric("dynrt_csl_misses_total", "counter", "Library probes that found nothing servable.",
+         static_cast<double>(s.csl.misses));
+  metric("dynrt_csl_promotions_total", "counter", "Shadows promoted by an exact demand.",
+         static_cast<double>(s.csl.promotions));
+  metric("dynrt_csl_invalidations_total", "counter", "Entries removed by writes (with cascade).",
+         static_cast<double>(s.csl.invalidated + s.csl.orphaned));
+  metric("dynrt_writes_total", "counter", "Write notifications applied.",
+         static_cast<double>(s.writes));
+  metric("dynrt_workflows_live", "gauge", "Workflow runs with a live actor.",
+         static_cast<double>(s.workflows_live));
+  return out.str();
+}
+
+}  // namespace dynrt::gateway

@@ -1,0 +1,64 @@
+// The OpenAI-compatible HTTP gateway in front of dynrt::Runtime: what `dynrt serve` runs.
+//
+//   POST /v1/chat/completions, /v1/completions   a model call; streamed (SSE) or whole
+//   POST /v1/dynrt/tools/{name}                  a tool call; the body is its arguments
+//   POST /v1/dynrt/writes                        {"keys": [...]}; answered once in force
+//   GET  /v1/models                              the configured models
+//   GET  /metrics                                Prometheus text: served, fills, library, gates
+//   GET  /healthz                                liveness
+//
+// Tags come from the X-DynRT-Workflow, X-DynRT-Workflow-Id and X-DynRT-Stage headers; a
+// request without them is forwarded unchanged. The X-DynRT-Served response header says how an
+// answer was produced (engine, fill or cache); the body never does. A client that disconnects
+// while its call runs has the call cancelled. Errors use the OpenAI shape {"error": {"message",
+// "type", "code"}}: 400 malformed JSON or fields, 404 unknown route, 405 wrong method, 408
+// header deadline, 413 body over the limit (refused before it is buffered), 431 headers too
+// large, and the engine's status or 502/504 for engine failures.
+//
+// Asynchronous on Boost.Asio/Beast with a small fixed pool of I/O threads, never a thread per
+// request; Runtime callbacks are posted to each connection's strand.
+#pragma once
+
+#include "actors/runtime.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dynrt::gateway {
+
+struct GatewayOptions {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;  // 0: any free port (port() tells which)
+  int threads = 2;
+  std::size_t max_body_bytes = std::size_t{8} << 20;
+  std::size_t max_header_bytes = std::size_t{16} << 10;
+  std::chrono::milliseconds header_timeout{10'000};  // to receive a whole request
+  std::vector<std::string> models;                   // what /v1/models lists
+};
+
+class Gateway {
+ public:
+  // Listens at once; throws std::runtime_error naming the address when it cannot.
+  Gateway(Runtime& runtime, GatewayOptions options);
+  ~Gateway();  // stops
+  Gateway(const Gateway&) = delete;
+  Gateway& operator=(const Gateway&) = delete;
+
+  std::uint16_t port() const;
+  // Stops accepting; calls in flight may finish within `grace`, then the rest are cancelled
+  // and the I/O threads joined. Idempotent.
+  void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The Runtime's statistics in Prometheus text format (what GET /metrics answers).
+std::string prometheus_text(const RuntimeStats& stats);
+
+}  // namespace dynrt::gateway

@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""End to end: the real `dynrt serve` on port 0 in front of `dynrt-sim-engine`, driven over HTTP
+with the Python standard library, for the Routing and HCI workflows.
+
+Checks: responses byte-identical to the floor (a second `dynrt serve` with --no-reuse
+--no-fills in front of the same engine), fills served (X-DynRT-Served: fill), streaming (SSE
+chunks, [DONE], the served header, the same text), a write invalidates (the next demand runs
+on the engine), a client disconnect cancels the engine request, and the error statuses.
+
+usage: serve_e2e.py DYNRT DYNRT_SIM_ENGINE   (run from the repository root)
+"""
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+DYNRT, SIM = sys.argv[1], sys.argv[2]
+FAILURES = []
+
+
+def check(cond, what):
+    if not cond:
+        FAILURES.append(what)
+        print("FAIL:", what, flush=True)
+
+
+def start(cmd, pattern):
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    m = re.search(pattern, line)
+    if not m:
+        proc.kill()
+        raise SystemExit("did not start: %s: %r %s" % (cmd, line, proc.stderr.read()))
+    return proc, int(m.group(1))
+
+
+def request(port, method, path, body=None, headers=None, raw=None):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+    conn.request(method, path, body=data, headers=headers or {})
+    resp = conn.getresponse()
+    out = resp.status, dict(resp.getheaders()), resp.read().decode()
+    conn.close()
+    return out
+
+
+def tags(workflow, run, stage):
+    return {"X-DynRT-Workflow": workflow, "X-DynRT-Workflow-Id": run, "X-DynRT-Stage": stage,
+            "Content-Type": "application/json"}
+
+
+def chat(system, user, max_tokens, **extra):
+    body = {"model": "qwen3-32b", "temperature": 0, "max_tokens": max_tokens,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}
+    body.update(extra)
+    return body
+
+
+ROUTER_SYSTEM = ("You route requests to handlers. Think step by step, then end with one line "
+                 "`HANDLER: <name>`, where <name> is weather, calendar or email.")
+
+
+def handler_system(h):
+    return ("You are the %s handler. Reply with exactly one JSON object {\"function\": ..., "
+            "\"arguments\": {...}} that calls the %s API." % (h, h))
+
+
+def content(body):
+    return json.loads(body)["choices"][0]["message"]["content"]
+
+
+def routing_run(port, run, query, stream=False):
+    """One Routing turn as a harness sends it; returns [(stage, status, headers, body)]."""
+    out = []
+    s, h, b = request(port, "POST", "/v1/chat/completions", chat(ROUTER_SYSTEM, query, 512),
+                      tags("routing", run, "router"))
+    out.append(("router", s, h, b))
+    handler = re.findall(r"HANDLER:\s*(weather|calendar|email)", content(b))[-1]
+    extra = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
+    s, h, b = request(port, "POST", "/v1/chat/completions",
+                      chat(handler_system(handler), query, 256, **extra),
+                      tags("routing", run, "handle"))
+    out.append(("handle", s, h, b))
+    if stream:
+        text, done = "", False
+        for line in b.split("\n"):
+            if line.startswith("data: "):
+                payload = line[6:]
+                if payload == "[DONE]":
+                    done = True
+                    continue
+                chunk = json.loads(payload)
+                if chunk.get("choices") and "content" in chunk["choices"][0].get("delta", {}):
+                    text += chunk["choices"][0]["delta"]["content"]
+        check(done, "a streamed answer ends with [DONE]")
+        api_call = text
+    else:
+        api_call = content(b)
+    s, h, b = request(port, "POST", "/v1/dynrt/tools/call_api",
+                      {"api": handler, "call": api_call}, tags("routing", run, "execute"))
+    out.append(("execute", s, h, b))
+    return out
+
+
+def hci_run(port, run, dialog, pick):
+    out = []
+    s, h, b = request(port, "POST", "/v1/chat/completions",
+                      chat('Offer the user three next actions as JSON {"actions": [...]}, best first.',
+                           dialog, 200), tags("hci", run, "offer"))
+    out.append(("offer", s, h, b))
+    action = json.loads(content(b))["actions"][pick]
+    time.sleep(0.05)  # the user's think time: the offers fill meanwhile
+    s, h, b = request(port, "POST", "/v1/chat/completions",
+                      chat("You are an assistant. The user said: " + dialog, "Do: " + action, 400),
+                      tags("hci", run, "act"))
+    out.append(("act", s, h, b))
+    return out
+
+
+def metric(port, name):
+    _, _, text = request(port, "GET", "/metrics")
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="dynrt-e2e-")
+    reasoning = " ".join(["step"] * 250)
+    with open(os.path.join(tmp, "script.jsonl"), "w") as f:
+        for h in ("weather", "calendar", "email"):
+            f.write(json.dumps({"contains": "[route %s]" % h,
+                                "response": reasoning + "\nHANDLER: " + h}) + "\n")
+        f.write(json.dumps({"contains": "[offer]", "response": json.dumps(
+            {"actions": ["book a flight", "find a hotel", "rent a car"]})}) + "\n")
+    with open(os.path.join(tmp, "corpus.json"), "w") as f:
+        json.dump({"documents": [{"key": "api:" + h, "text": h + " API: ok"}
+                                 for h in ("weather", "calendar", "email")],
+                   "tools": {"call_api": "api:{{api}}"}}, f)
+    sim, sim_port = start([SIM, "--port", "0", "--time-scale", "10", "--script",
+                           os.path.join(tmp, "script.jsonl")], r":(\d+)")
+    url = "qwen3-32b=http://127.0.0.1:%d" % sim_port
+    common = ["templates", "--port", "0", "--engine", url, "--corpus",
+              os.path.join(tmp, "corpus.json")]
+    full, full_port = start([DYNRT, "serve"] + common, r":(\d+) ")
+    floor, floor_port = start([DYNRT, "serve"] + common + ["--no-reuse", "--no-fills"], r":(\d+) ")
+    try:
+        # -- Routing and HCI: byte-identical to the floor; fills served --------------------------
+        runs = [("routing", "r1", "Plan my day [route weather]"),
+                ("routing", "r2", "Mail my boss [route email]"),
+                ("hci", "h1", "Trip to Oslo [offer]")]
+        for workflow, run, text in runs:
+            a = routing_run(floor_port, run, text) if workflow == "routing" else hci_run(floor_port, run, text, 0)
+            b = routing_run(full_port, run, text) if workflow == "routing" else hci_run(full_port, run, text, 0)
+            for (stage, s1, h1, b1), (_, s2, h2, b2) in zip(a, b):
+                check(s1 == 200 and s2 == 200, "%s %s answered 200 (%d, %d)" % (run, stage, s1, s2))
+                check(b1 == b2, "%s %s: byte-identical to the floor" % (run, stage))
+                check(h1.get("X-DynRT-Served") == "engine", "the floor runs %s on the engine" % stage)
+                if stage in ("handle", "execute", "act"):
+                    check(h2.get("X-DynRT-Served") == "fill",
+                          "%s %s served from a fill (got %s)" % (run, stage, h2.get("X-DynRT-Served")))
+        # -- streaming: a fill replayed as SSE --------------------------------------------------
+        a = routing_run(floor_port, "s1", "Weather again [route weather]", stream=True)
+        b = routing_run(full_port, "s1", "Weather again [route weather]", stream=True)
+        check(b[1][2].get("Content-Type") == "text/event-stream", "the handler streams")
+        check(b[1][2].get("X-DynRT-Served") == "fill",
+              "the streamed handler is served from a fill (got %s)" % b[1][2].get("X-DynRT-Served"))
+        check(a[2][3] == b[2][3], "the executor after a streamed handler matches the floor")
+        # -- a write invalidates ----------------------------------------------------------------
+        again = routing_run(full_port, "r3", "Plan my day [route weather]")
+        check(again[2][2].get("X-DynRT-Served") in ("cache", "fill"),
+              "the same executor call again is reused")
+        s, _, b = request(full_port, "POST", "/v1/dynrt/writes", {"keys": ["api:weather"]},
+                          {"Content-Type": "application/json"})
+        check(s == 200 and json.loads(b)["invalidated"] >= 1, "the write invalidated entries: " + b)
+        after = routing_run(full_port, "r4", "Plan my day [route weather]")
+        # Not the invalidated entry: run again, on the engine or by this run's own fill (which
+        # started after the write).
+        check(after[2][2].get("X-DynRT-Served") != "cache",
+              "after the write the executor is not served from the library")
+        check(metric(full_port, "dynrt_csl_invalidations_total") >= 1, "the write is counted")
+        # -- a disconnect cancels ---------------------------------------------------------------
+        before = metric(sim_port, "dynrt_sim:wasted_seconds_total")
+        sock = socket.create_connection(("127.0.0.1", full_port))
+        body = json.dumps(chat("Talk.", "A long story please", 4000, stream=True))
+        sock.sendall(("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                      "application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)).encode())
+        sock.recv(4096)  # the headers and the first chunks: the request is running
+        sock.close()
+        deadline = time.time() + 20
+        while time.time() < deadline and metric(sim_port, "vllm:num_requests_running") > 0:
+            time.sleep(0.05)
+        check(metric(sim_port, "vllm:num_requests_running") == 0, "the engine request was cancelled")
+        check(metric(sim_port, "dynrt_sim:wasted_seconds_total") > before,
+              "the engine counted the cancelled request's work as wasted")
+        # -- errors -----------------------------------------------------------------------------
+        s, _, b = request(full_port, "POST", "/v1/chat/completions", raw="{not json")
+        check(s == 400 and json.loads(b)["error"]["type"] == "invalid_request_error", "400 on bad JSON")
+        s, _, _ = request(full_port, "POST", "/v1/chat/completions",
+                          {"model": "m", "messages": [], "stream": "yes"})
+        check(s == 400, "400 when stream is not a boolean")
+        s, _, _ = request(full_port, "GET", "/v1/nothing")
+        check(s == 404, "404 on an unknown route")
+        s, _, _ = request(full_port, "GET", "/v1/chat/completions")
+        check(s == 405, "405 on a wrong method")
+        # Over the limit by its Content-Length: refused before any of the body is read.
+        sock = socket.create_connection(("127.0.0.1", full_port))
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Length: 9437184\r\n\r\n{")
+        head = sock.recv(4096).decode(errors="replace")
+        sock.close()
+        check(head.startswith("HTTP/1.1 413"), "413 on a body over 8 MiB: " + head[:40])
+        s, _, _ = request(full_port, "GET", "/healthz", headers={"X-Big": "y" * 20000})
+        check(s == 431, "431 on headers over the limit")
+        s, _, b = request(full_port, "GET", "/v1/models")
+        check(s == 200 and json.loads(b)["data"][0]["id"] == "qwen3-32b", "/v1/models lists the model")
+        check(metric(full_port, "dynrt_requests_total") > 0, "/metrics counts requests")
+    finally:
+        for p in (full, floor):
+            p.send_signal(signal.SIGTERM)
+        for p in (full, floor):
+            try:
+                check(p.wait(timeout=20) == 0, "dynrt serve exits 0 on SIGTERM")
+            except subprocess.TimeoutExpired:
+                p.kill()
+                check(False, "dynrt serve stops within 20 s of SIGTERM")
+        sim.send_signal(signal.SIGTERM)
+        sim.wait(timeout=20)
+    if FAILURES:
+        print("%d check(s) failed" % len(FAILURES))
+        return 1
+    print("serve_e2e: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
