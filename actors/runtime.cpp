@@ -9,8 +9,10 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 
 namespace dynrt {
@@ -111,11 +113,49 @@ std::string findings_text(const dsl::LintReport& report) {
   return out;
 }
 
+// Answers a pass-through call from the engine's thread, as the engine answered it.
+class DirectSink final : public engines::ResponseSink {
+ public:
+  explicit DirectSink(std::shared_ptr<ReplySink> sink) : sink_(std::move(sink)) {}
+  void on_chunk(std::string_view data) override { sink_->chunk(data); }
+  void on_complete(engines::EngineResult r) override {
+    Reply reply;
+    reply.status = r.status;
+    reply.body = std::move(r.body);
+    reply.usage = r.usage;
+    reply.finish_reason = std::move(r.finish_reason);
+    sink_->done(std::move(reply));
+  }
+  void on_error(engines::EngineError e) override { sink_->done(error_reply(e)); }
+
+ private:
+  std::shared_ptr<ReplySink> sink_;
+};
+
 }  // namespace
 
 struct Runtime::Impl {
   RuntimeConfig config;
   std::vector<std::string> names;
+  std::set<std::string, std::less<>> workflow_set;
+
+  void direct(Request request, std::shared_ptr<ReplySink> sink) {
+    ++counters->requests;
+    ++counters->passthrough;
+    ++counters->served_engine;
+    std::shared_ptr<engines::Engine> engine = config.engines.front().engine;
+    if (const auto m = request.body.find("model"); m != request.body.end() && m->is_string())
+      for (const auto& b : config.engines)
+        if (std::find(b.models.begin(), b.models.end(), m->get<std::string>()) != b.models.end()) {
+          engine = b.engine;
+          break;
+        }
+    engines::EngineRequest req;
+    req.endpoint = std::move(request.endpoint);
+    req.body = std::move(request.body);
+    const auto handle = engine->submit(std::move(req), std::make_shared<DirectSink>(sink));
+    if (handle != 0) sink->set_canceller([engine, handle] { engine->cancel(handle); });
+  }
   std::shared_ptr<Counters> counters = std::make_shared<Counters>();
   std::unique_ptr<actor_system_config> sys_config;
   std::unique_ptr<actor_system> system;
@@ -164,6 +204,7 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config) {
 
   auto impl = std::make_unique<Impl>();
   impl->names = std::move(names);
+  impl->workflow_set.insert(impl->names.begin(), impl->names.end());
   impl->sys_config = std::make_unique<actor_system_config>();
   impl->sys_config->set("scheduler.max-threads", std::max(1, config.threads));
   impl->system = std::make_unique<actor_system>(*impl->sys_config);
@@ -201,6 +242,14 @@ CallId Runtime::complete(Request request, ReplyCallbacks callbacks) {
     return id;
   }
   impl_->track(id, sink);
+  // A model call no template claims goes straight to its engine from the caller's thread:
+  // Engine::submit never blocks, and two mailbox hops are saved on the transparent path.
+  const auto& tags = request.tags;
+  if (request.endpoint.rfind("/v1/dynrt/tools/", 0) != 0 &&
+      (tags.workflow_id.empty() || !impl_->workflow_set.count(tags.workflow))) {
+    impl_->direct(std::move(request), std::move(sink));
+    return id;
+  }
   auto d = std::make_shared<Demand>();
   d->id = id;
   d->request = std::move(request);
@@ -343,9 +392,11 @@ void Runtime::shutdown() {
     sinks.swap(impl_->sinks);
   }
   for (auto& [id, w] : sinks)
-    if (auto s = w.lock())
+    if (auto s = w.lock()) {
+      s->cancel();  // a pass-through call's engine request, which no actor owns
       s->done(
           error_reply(503, "service_unavailable", "dynrt stopped before this call was answered"));
+    }
   impl_->system.reset();
 }
 
