@@ -168,7 +168,10 @@ std::vector<std::string> replay_chunks(std::string_view endpoint, std::string_vi
 
 std::string error_body(std::string_view message, std::string_view type, int code) {
   ordered_json j;
-  j["error"] = {{"message", std::string(message)}, {"type", std::string(type)}, {"code", code}};
+  j["error"] = {{"message", std::string(message)},
+                {"type", std::string(type)},
+                {"param", nullptr},
+                {"code", code}};
   return j.dump();
 }
 

@@ -66,7 +66,8 @@ namespace {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, Gateway::Impl& gw) : stream_(std::move(socket)), gw_(gw) {}
+  Session(tcp::socket socket, Gateway::Impl& gw)
+      : stream_(std::move(socket)), deadline_(stream_.get_executor()), gw_(gw) {}
 
   void start() {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read(); });
@@ -79,16 +80,32 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(gw_.options.max_header_bytes));
     parser_->body_limit(gw_.options.max_body_bytes);
-    // One deadline for the whole request: a client sending a byte a second does not hold a
-    // connection for ever.
-    stream_.expires_after(gw_.options.header_timeout);
+    // One deadline for the whole request, so a client sending a byte a second does not hold a
+    // connection for ever. A timer of our own rather than the stream's expiry, which closes
+    // the socket: a client that sent part of a request is told 408 first.
+    reading_ = true;
+    timed_out_ = false;
+    deadline_.expires_after(gw_.options.header_timeout);
+    deadline_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec || !self->reading_) return;
+      self->timed_out_ = true;
+      beast::error_code ignored;
+      self->stream_.socket().cancel(ignored);
+    });
     http::async_read(
         stream_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
   }
 
   void on_read(beast::error_code ec) {
+    reading_ = false;
+    deadline_.cancel();
     keep_alive_ = false;  // after an error, the connection's framing cannot be trusted
+    if (timed_out_) {
+      // Nothing at all arrived: a keep-alive connection going idle, closed quietly.
+      if (!parser_->got_some()) return close();
+      return error(http::status::request_timeout, "the request did not arrive within the deadline");
+    }
     if (ec == http::error::body_limit)
       return error(http::status::payload_too_large, "the request body is over the limit of " +
                                                         std::to_string(gw_.options.max_body_bytes) +
@@ -97,16 +114,10 @@ class Session : public std::enable_shared_from_this<Session> {
       return error(http::status::request_header_fields_too_large,
                    "the request headers are over the limit of " +
                        std::to_string(gw_.options.max_header_bytes) + " bytes");
-    if (ec == beast::error::timeout) {
-      // Nothing at all arrived: a keep-alive connection going idle, closed quietly.
-      if (!parser_->got_some()) return close();
-      return error(http::status::request_timeout, "the request did not arrive within the deadline");
-    }
     if (ec == http::error::end_of_stream || ec == net::error::eof ||
-        ec == net::error::connection_reset)
+        ec == net::error::connection_reset || ec == net::error::operation_aborted)
       return close();
     if (ec) return error(http::status::bad_request, "malformed HTTP request: " + ec.message());
-    stream_.expires_never();
     request_ = parser_->release();
     keep_alive_ = request_.keep_alive();
     handle();
@@ -368,12 +379,14 @@ class Session : public std::enable_shared_from_this<Session> {
   void close() {
     if (closed_) return;
     closed_ = true;
+    deadline_.cancel();
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
     stream_.socket().close(ec);
   }
 
   beast::tcp_stream stream_;
+  net::steady_timer deadline_;
   Gateway::Impl& gw_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -385,6 +398,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool finished_ = false;
   bool closed_ = false;
   bool in_flight_ = false;
+  bool reading_ = false;
+  bool timed_out_ = false;
   Served served_ = Served::engine;
   CallId call_ = 0;
   std::uint64_t generation_ = 0;

@@ -37,6 +37,7 @@ def start(cmd, pattern):
     if not m:
         proc.kill()
         raise SystemExit("did not start: %s: %r %s" % (cmd, line, proc.stderr.read()))
+    start.last_line = line
     return proc, int(m.group(1))
 
 
@@ -150,8 +151,24 @@ def main():
     url = "qwen3-32b=http://127.0.0.1:%d" % sim_port
     common = ["templates", "--port", "0", "--engine", url, "--corpus",
               os.path.join(tmp, "corpus.json")]
-    full, full_port = start([DYNRT, "serve"] + common, r":(\d+) ")
-    floor, floor_port = start([DYNRT, "serve"] + common + ["--no-reuse", "--no-fills"], r":(\d+) ")
+    # A template with an error: dynrt serve refuses to start and prints the finding.
+    bad = os.path.join(tmp, "bad")
+    os.mkdir(bad)
+    with open(os.path.join(bad, "w.yaml"), "w") as f:
+        f.write("version: 1\nworkflow: w\nstages:\n  a: {kind: model, model: m, request: {prompt: '{{nope}}'}}\n")
+    refused = subprocess.run([DYNRT, "serve", bad, "--port", "0"], capture_output=True, text=True,
+                             timeout=30)
+    check(refused.returncode == 1 and "w.yaml:" in refused.stderr and "error" in refused.stderr,
+          "dynrt serve refuses templates with errors: %d %s" % (refused.returncode, refused.stderr[:200]))
+    full, full_port = start([DYNRT, "serve"] + common + ["--header-timeout-ms", "1000"], r":(\d+) ")
+    # The floor from a configuration file: both switches off.
+    with open(os.path.join(tmp, "floor.yaml"), "w") as f:
+        f.write("switches: {reuse: false, fills: false}\nlisten: {port: 0}\n")
+    floor, floor_port = start([DYNRT, "serve", "templates", "--config", os.path.join(tmp, "floor.yaml"),
+                               "--engine", url, "--corpus", os.path.join(tmp, "corpus.json")],
+                              r":(\d+) ")
+    check("reuse off, fills off" in start.last_line, "the configuration file's switches apply: " +
+          start.last_line)
     try:
         # -- Routing and HCI: byte-identical to the floor; fills served --------------------------
         runs = [("routing", "r1", "Plan my day [route weather]"),
@@ -220,6 +237,13 @@ def main():
         check(head.startswith("HTTP/1.1 413"), "413 on a body over 8 MiB: " + head[:40])
         s, _, _ = request(full_port, "GET", "/healthz", headers={"X-Big": "y" * 20000})
         check(s == 431, "431 on headers over the limit")
+        # A client that stops sending mid-request gets 408 at the deadline (1 s here).
+        sock = socket.create_connection(("127.0.0.1", full_port))
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+        sock.settimeout(20)
+        head = sock.recv(4096).decode(errors="replace")
+        sock.close()
+        check(head.startswith("HTTP/1.1 408"), "408 when the request does not arrive: " + head[:40])
         s, _, b = request(full_port, "GET", "/v1/models")
         check(s == 200 and json.loads(b)["data"][0]["id"] == "qwen3-32b", "/v1/models lists the model")
         check(metric(full_port, "dynrt_requests_total") > 0, "/metrics counts requests")
