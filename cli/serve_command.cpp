@@ -31,6 +31,7 @@ struct EngineSpec {
   std::vector<std::string> models;
   std::string flavor = "automatic";
   int max_num_seqs = 256;
+  std::string api_key;  // sent to the engine as a bearer token
 };
 
 struct ServeOptions {
@@ -96,6 +97,7 @@ bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) 
             spec.models.push_back(m.as<std::string>());
         spec.flavor = e["flavor"].as<std::string>("automatic");
         spec.max_num_seqs = e["max_num_seqs"].as<int>(256);
+        spec.api_key = e["api_key"].as<std::string>("");
         o.engines.push_back(spec);
       }
     }
@@ -198,6 +200,7 @@ int serve(ServeOptions o, const CLI::App& cmd) {
       if (oo.base_url.size() >= 3 && oo.base_url.compare(oo.base_url.size() - 3, 3, "/v1") == 0)
         oo.base_url.resize(oo.base_url.size() - 3);
       oo.max_num_seqs = e.max_num_seqs;
+      oo.api_key = e.api_key;
       oo.name = e.url;
       const std::string& f = e.flavor;
       if (f == "vllm")
