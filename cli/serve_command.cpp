@@ -266,7 +266,10 @@ int serve(ServeOptions o, const CLI::App& cmd) {
   go.max_body_bytes = o.max_body_bytes;
   go.max_header_bytes = o.max_header_bytes;
   go.header_timeout = std::chrono::milliseconds(o.header_timeout_ms);
-  go.models = models.empty() ? std::vector<std::string>{"sim"} : models;
+  // /v1/models lists the models the engines were configured with (the embedded engine answers
+  // to any name and calls itself "sim").
+  go.models = models;
+  if (go.models.empty() && o.engines.front().url == "sim") go.models = {"sim"};
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   std::unique_ptr<gateway::Gateway> gw;
