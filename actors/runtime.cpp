@@ -13,6 +13,7 @@
 #include <atomic>
 #include <mutex>
 #include <set>
+#include <shared_mutex>
 #include <unordered_map>
 
 namespace dynrt {
@@ -164,6 +165,9 @@ struct Runtime::Impl {
   std::atomic<std::uint64_t> next_demand{1};
   std::mutex mutex;
   bool stopped = false;
+  // Held shared by calls that use the actor system, exclusively by shutdown() while it marks
+  // the runtime stopped: after that no call touches the system shutdown() destroys.
+  std::shared_mutex life;
   // Calls not known to be answered, for cancel() and shutdown; pruned as it grows.
   std::unordered_map<CallId, std::weak_ptr<ReplySink>> sinks;
   std::size_t sinks_pruned_at = 0;
@@ -230,32 +234,33 @@ Runtime::~Runtime() {
 CallId Runtime::complete(Request request, ReplyCallbacks callbacks) {
   auto sink = std::make_shared<ReplySink>(std::move(callbacks), request.endpoint, request.body);
   const CallId id = impl_->next_demand++;
-  {
-    std::lock_guard lock(impl_->mutex);
-    if (impl_->stopped) {
-      sink->done(error_reply(503, "service_unavailable", "dynrt is shutting down"));
-      return id;
-    }
-  }
   if (!request.body.is_object()) {
     sink->done(error_reply(400, "invalid_request_error", "the request body must be a JSON object"));
     return id;
   }
-  impl_->track(id, sink);
-  // A model call no template claims goes straight to its engine from the caller's thread:
-  // Engine::submit never blocks, and two mailbox hops are saved on the transparent path.
-  const auto& tags = request.tags;
-  if (request.endpoint.rfind("/v1/dynrt/tools/", 0) != 0 &&
-      (tags.workflow_id.empty() || !impl_->workflow_set.count(tags.workflow))) {
-    impl_->direct(std::move(request), std::move(sink));
-    return id;
+  {
+    std::shared_lock life(impl_->life);
+    if (!impl_->stopped) {
+      impl_->track(id, sink);
+      // A model call no template claims goes straight to its engine from the caller's thread:
+      // Engine::submit never blocks, and two mailbox hops are saved on the transparent path.
+      const auto& tags = request.tags;
+      if (request.endpoint.rfind("/v1/dynrt/tools/", 0) != 0 &&
+          (tags.workflow_id.empty() || !impl_->workflow_set.count(tags.workflow))) {
+        impl_->direct(std::move(request), std::move(sink));
+        return id;
+      }
+      auto d = std::make_shared<Demand>();
+      d->id = id;
+      d->request = std::move(request);
+      d->sink = std::move(sink);
+      d->arrived = SteadyClock().now();
+      anon_send(impl_->root, demand_atom::value, DemandPtr(std::move(d)));
+      return id;
+    }
   }
-  auto d = std::make_shared<Demand>();
-  d->id = id;
-  d->request = std::move(request);
-  d->sink = std::move(sink);
-  d->arrived = SteadyClock().now();
-  anon_send(impl_->root, demand_atom::value, DemandPtr(std::move(d)));
+  // Answered outside the lock: the callback may call back into the runtime.
+  sink->done(error_reply(503, "service_unavailable", "dynrt is shutting down"));
   return id;
 }
 
@@ -298,18 +303,18 @@ std::future<std::size_t> Runtime::write(std::vector<std::string> keys) {
 
 void Runtime::write(std::vector<std::string> keys, std::function<void(std::size_t)> done) {
   {
-    std::lock_guard lock(impl_->mutex);
-    if (impl_->stopped) {
-      done(0);
+    std::shared_lock life(impl_->life);
+    if (!impl_->stopped) {
+      // A scoped actor would block the caller; a short-lived actor answers instead.
+      impl_->system->spawn([done = std::move(done), root = impl_->root,
+                            keys = std::move(keys)](event_based_actor* self) {
+        self->request(root, infinite, write_atom::value, keys)
+            .then([=](std::uint64_t removed) { done(removed); }, [=](error&) { done(0); });
+      });
       return;
     }
   }
-  // A scoped actor would block the caller; a short-lived actor answers instead.
-  impl_->system->spawn([done = std::move(done), root = impl_->root,
-                        keys = std::move(keys)](event_based_actor* self) {
-    self->request(root, infinite, write_atom::value, keys)
-        .then([=](std::uint64_t removed) { done(removed); }, [=](error&) { done(0); });
-  });
+  done(0);
 }
 
 RuntimeStats Runtime::stats() const {
@@ -338,10 +343,10 @@ RuntimeStats Runtime::stats() const {
   s.engine_ms_wasted = static_cast<double>(c.wasted_us.load()) / 1000;
   s.writes = c.writes;
   s.workflows_live = c.workflows_live;
-  {
-    std::lock_guard lock(impl_->mutex);
-    if (impl_->stopped) return s;
-  }
+  // Shared: shutdown() waits for this round trip (a live scoped actor would otherwise
+  // deadlock its await_all_actors_done()).
+  std::shared_lock life(impl_->life);
+  if (impl_->stopped) return s;
   scoped_actor self{*impl_->system};
   // Less the scoped actor asking.
   s.actors_running = impl_->system->registry().running() - 1;
@@ -375,7 +380,7 @@ const RuntimeConfig& Runtime::config() const {
 
 void Runtime::shutdown() {
   {
-    std::lock_guard lock(impl_->mutex);
+    std::unique_lock life(impl_->life);
     if (impl_->stopped) return;
     impl_->stopped = true;
   }
