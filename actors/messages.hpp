@@ -168,6 +168,35 @@ struct PricingSnapshot {
 };
 
 using FeedbackPtr = std::shared_ptr<const branch::Feedback>;
+
+// An answer to a caller outside the actor system, given at most once: if the message or the
+// handler holding it is dropped unanswered (the graph stopped), the destructor answers with a
+// default value, so the caller never waits for ever. Used for writes and statistics.
+template <class T>
+class Answer {
+ public:
+  explicit Answer(std::function<void(T)> f) : f_(std::move(f)) {}
+  ~Answer() {
+    if (!done_.exchange(true) && f_) f_(T{});
+  }
+  Answer(const Answer&) = delete;
+  Answer& operator=(const Answer&) = delete;
+  void operator()(T value) {
+    if (!done_.exchange(true) && f_) f_(std::move(value));
+  }
+
+ private:
+  std::function<void(T)> f_;
+  std::atomic<bool> done_{false};
+};
+
+struct StatsParts {
+  CslSnapshot csl;
+  PricingSnapshot pricing;
+  std::size_t actors_running = 0;
+};
+using WriteAnswerPtr = std::shared_ptr<Answer<std::uint64_t>>;
+using StatsAnswerPtr = std::shared_ptr<Answer<StatsParts>>;
 using PredictorContextPtr = std::shared_ptr<const PredictorContext>;
 
 // -- workflow, branch, fill -------------------------------------------------------------------
@@ -238,6 +267,8 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::AdmitRequestPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::AdmitReply)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::PricingSnapshot)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::FeedbackPtr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::WriteAnswerPtr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::StatsAnswerPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::PredictorContextPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::DemandPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::BranchInitPtr)

@@ -99,8 +99,28 @@ behavior root_actor(stateful_actor<RootState>* self, std::shared_ptr<const RootI
         self->send(it->second.actor, stop_atom::value);
         st.workflows.erase(it);
       },
-      [=](write_atom, const Strings& keys) {
-        return self->delegate(self->state.services->csl, write_atom::value, keys);
+      // From outside the graph (Runtime::write): the answer goes back through the callback.
+      [=](write_atom, const Strings& keys, const WriteAnswerPtr& answer) {
+        self->request(self->state.services->csl, infinite, write_atom::value, keys)
+            .then([answer](std::uint64_t removed) { (*answer)(removed); },
+                  [answer](error&) { (*answer)(0); });
+      },
+      [=](stats_atom, const StatsAnswerPtr& answer) {
+        auto parts = std::make_shared<StatsParts>();
+        parts->actors_running = self->system().registry().running();
+        self->request(self->state.services->csl, infinite, stats_atom::value)
+            .then(
+                [=](CslSnapshot& c) {
+                  parts->csl = c;
+                  self->request(self->state.services->pricing, infinite, stats_atom::value)
+                      .then(
+                          [=](PricingSnapshot& p) {
+                            parts->pricing = p;
+                            (*answer)(*parts);
+                          },
+                          [=](error&) { (*answer)(*parts); });
+                },
+                [=](error&) { (*answer)(*parts); });
       },
       [=](services_atom) { return self->state.services; },
   };
@@ -302,19 +322,16 @@ std::future<std::size_t> Runtime::write(std::vector<std::string> keys) {
 }
 
 void Runtime::write(std::vector<std::string> keys, std::function<void(std::size_t)> done) {
+  auto answer = std::make_shared<Answer<std::uint64_t>>(
+      [done = std::move(done)](std::uint64_t removed) { done(removed); });
   {
     std::shared_lock life(impl_->life);
     if (!impl_->stopped) {
-      // A scoped actor would block the caller; a short-lived actor answers instead.
-      impl_->system->spawn([done = std::move(done), root = impl_->root,
-                            keys = std::move(keys)](event_based_actor* self) {
-        self->request(root, infinite, write_atom::value, keys)
-            .then([=](std::uint64_t removed) { done(removed); }, [=](error&) { done(0); });
-      });
+      anon_send(impl_->root, write_atom::value, Strings(std::move(keys)), answer);
       return;
     }
   }
-  done(0);
+  (*answer)(0);
 }
 
 RuntimeStats Runtime::stats() const {
@@ -343,30 +360,26 @@ RuntimeStats Runtime::stats() const {
   s.engine_ms_wasted = static_cast<double>(c.wasted_us.load()) / 1000;
   s.writes = c.writes;
   s.workflows_live = c.workflows_live;
-  // Shared: shutdown() waits for this round trip (a live scoped actor would otherwise
-  // deadlock its await_all_actors_done()).
-  std::shared_lock life(impl_->life);
-  if (impl_->stopped) return s;
-  scoped_actor self{*impl_->system};
-  // Less the scoped actor asking.
-  s.actors_running = impl_->system->registry().running() - 1;
-  self->request(impl_->services->csl, infinite, stats_atom::value)
-      .receive(
-          [&](CslSnapshot& snap) {
-            s.csl = snap.stats;
-            s.csl_entries = snap.entries;
-            s.csl_shadows = snap.shadows;
-            s.csl_bytes = snap.bytes;
-          },
-          [&](error&) {});
-  self->request(impl_->services->pricing, infinite, stats_atom::value)
-      .receive(
-          [&](PricingSnapshot& snap) {
-            s.admission = snap.stats;
-            s.envelope = snap.envelope;
-            s.fills_in_flight = snap.fills_in_flight;
-          },
-          [&](error&) {});
+  // Asked of the root by message (no scoped actor: one alive during shutdown would keep the
+  // actor system from ending); if the graph stops first, the answer comes back empty.
+  auto promise = std::make_shared<std::promise<StatsParts>>();
+  auto future = promise->get_future();
+  {
+    std::shared_lock life(impl_->life);
+    if (impl_->stopped) return s;
+    anon_send(impl_->root, stats_atom::value,
+              std::make_shared<Answer<StatsParts>>(
+                  [promise](StatsParts parts) { promise->set_value(std::move(parts)); }));
+  }
+  const StatsParts parts = future.get();
+  s.csl = parts.csl.stats;
+  s.csl_entries = parts.csl.entries;
+  s.csl_shadows = parts.csl.shadows;
+  s.csl_bytes = parts.csl.bytes;
+  s.admission = parts.pricing.stats;
+  s.envelope = parts.pricing.envelope;
+  s.fills_in_flight = parts.pricing.fills_in_flight;
+  s.actors_running = parts.actors_running;
   return s;
 }
 

@@ -305,3 +305,41 @@ TEST(Runtime, ResultsWhoseReadSetIsUnknownAreNotStored) {
 
 }  // namespace
 }  // namespace dynrt::testing
+
+namespace dynrt::testing {
+namespace {
+
+// Calls, writes and stats racing shutdown: every call is answered (200 before, 503 after),
+// nothing touches the stopped actor system (ASan runs this too).
+TEST(Runtime, CallsRacingShutdownAreAnsweredAndSafe) {
+  Rig rig(bench::make_workload(graph("subagent"), {5, 4, 1.0}), {});
+  std::atomic<bool> stop{false};
+  std::atomic<int> answered{0}, other{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 3; ++t)
+    callers.emplace_back([&, t] {
+      for (int i = 0; !stop; ++i) {
+        const Tags tags =
+            t == 0 ? Tags{} : Tags{"subagent", "race-" + std::to_string(t), "research"};
+        auto r = rig.runtime->tool("kb_search", {{"collection", "history"}, {"entity", "Entity1"}},
+                                   tags);
+        const int status = r.get().status;
+        (status == 200 || status == 503 ? answered : other)++;
+        if (t == 2) rig.runtime->write({"kb:history:Entity1"}).get();
+        if (t == 1) (void)rig.runtime->stats();
+      }
+    });
+  while (answered < 50)
+    std::this_thread::yield();
+  rig.runtime->shutdown();
+  const int before = answered;
+  while (answered < before + 10)
+    std::this_thread::yield();  // calls after shutdown: 503 at once
+  stop = true;
+  for (auto& t : callers)
+    t.join();
+  EXPECT_EQ(other.load(), 0);
+}
+
+}  // namespace
+}  // namespace dynrt::testing
