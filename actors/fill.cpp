@@ -31,9 +31,8 @@ struct FillState {
 
 using Self = stateful_actor<FillState>*;
 
-Duration ttl_of(const dsl::TemplateGraph& g, const dsl::Decision& d, const dsl::Stage& s) {
+Duration ttl_of(const dsl::Decision& d, const dsl::Stage& s) {
   const double seconds = s.ttl_s ? *s.ttl_s : d.limits.ttl_s;
-  (void)g;
   return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(seconds));
 }
 
@@ -158,7 +157,7 @@ void run_on_engine(Self self, const dsl::Stage& stage, dsl::RenderedRequest req,
               in->producers = producers_of(stage, sy.producers);
               in->provenance = {csl::Origin::fill, sy.init->id, sy.init->branch};
               const auto& d = sy.init->graph->decisions[sy.init->decision];
-              in->ttl = ttl_of(*sy.init->graph, d, stage);
+              in->ttl = ttl_of(d, stage);
               sy.busy_in_csl = true;
               self->request(svc.csl, infinite, store_atom::value, InsertPtr(in), true)
                   .then(

@@ -12,7 +12,9 @@ namespace {
 
 constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
 
-std::int64_t ns(TimePoint t) { return t.time_since_epoch().count(); }
+std::int64_t ns(TimePoint t) {
+  return t.time_since_epoch().count();
+}
 
 }  // namespace
 
@@ -65,14 +67,16 @@ class Store::NameIndex {
   void insert(const Hash128& name, std::uint32_t index, const std::vector<Entry>& entries) {
     if ((size_ + 1) * 2 > slots_.size()) grow(entries);
     std::size_t i = home(name);
-    while (slots_[i] != 0) i = (i + 1) & mask_;
+    while (slots_[i] != 0)
+      i = (i + 1) & mask_;
     slots_[i] = index + 1;
     ++size_;
   }
 
   void erase(const Hash128& name, const std::vector<Entry>& entries) {
     std::size_t i = home(name);
-    while (slots_[i] != 0 && !(entries[slots_[i] - 1].name == name)) i = (i + 1) & mask_;
+    while (slots_[i] != 0 && !(entries[slots_[i] - 1].name == name))
+      i = (i + 1) & mask_;
     if (slots_[i] == 0) return;
     slots_[i] = 0;
     --size_;
@@ -99,7 +103,8 @@ class Store::NameIndex {
     for (const std::uint32_t s : old) {
       if (s == 0) continue;
       std::size_t i = home(entries[s - 1].name);
-      while (slots_[i] != 0) i = (i + 1) & mask_;
+      while (slots_[i] != 0)
+        i = (i + 1) & mask_;
       slots_[i] = s;
     }
   }
@@ -137,7 +142,8 @@ Version Store::version(std::string_view key) const {
 std::vector<ReadRef> Store::snapshot(std::span<const std::string> keys) const {
   std::vector<ReadRef> out;
   out.reserve(keys.size());
-  for (const std::string& k : keys) out.push_back(ReadRef{k, version(k)});
+  for (const std::string& k : keys)
+    out.push_back(ReadRef{k, version(k)});
   return out;
 }
 
@@ -199,7 +205,9 @@ bool Store::fresh(const Entry& e) const {
   return true;
 }
 
-bool Store::expired(const Entry& e, TimePoint now) const { return ns(now) >= e.expires_ns; }
+bool Store::expired(const Entry& e, TimePoint now) const {
+  return ns(now) >= e.expires_ns;
+}
 
 Hit Store::hit_of(std::uint32_t index) {
   const Entry& e = entries_[index];
@@ -260,9 +268,13 @@ std::optional<Hit> Store::promote(const Hash128& name) {
 
 // -- storing ------------------------------------------------------------------------------------
 
-InsertResult Store::put_confirmed(Insert entry) { return insert(std::move(entry), State::confirmed); }
+InsertResult Store::put_confirmed(Insert entry) {
+  return insert(std::move(entry), State::confirmed);
+}
 
-InsertResult Store::put_shadow(Insert entry) { return insert(std::move(entry), State::shadow); }
+InsertResult Store::put_shadow(Insert entry) {
+  return insert(std::move(entry), State::shadow);
+}
 
 InsertResult Store::insert(Insert in, State state) {
   if (in.bytes.size() > limits_.max_bytes ||
@@ -274,8 +286,8 @@ InsertResult Store::insert(Insert in, State state) {
     remove(existing, RemovalReason::expired);  // an expired entry never blocks its successor
     existing = kNone;
   }
-  const bool replace = existing != kNone && state == State::confirmed &&
-                       entries_[existing].state == State::shadow;
+  const bool replace =
+      existing != kNone && state == State::confirmed && entries_[existing].state == State::shadow;
   if (existing != kNone && !replace) return {InsertStatus::duplicate, ref_of(existing)};
   // A read-set snapshotted before a write, or a producer that has left, means the result may
   // be built on stale data: refuse it rather than resurrect what a write invalidated.
@@ -522,17 +534,15 @@ bool Store::make_room(std::size_t bytes, std::span<const EntryRef> pinned) {
   const TimePoint now = clock_.now();
   auto over = [&] { return live_ + 1 > limits_.max_entries || bytes_ + bytes > limits_.max_bytes; };
   auto is_pinned = [&](std::uint32_t i) {
-    return std::any_of(pinned.begin(), pinned.end(),
-                       [&](EntryRef p) { return p.index == i; });
+    return std::any_of(pinned.begin(), pinned.end(), [&](EntryRef p) { return p.index == i; });
   };
   while (over()) {
     if (live_ == 0) return false;
     std::uint32_t victim = kNone;
     double victim_score = 0;
     std::size_t sampled = 0;
-    for (std::size_t tries = 0; tries < limits_.eviction_sample * 8 &&
-                                sampled < limits_.eviction_sample;
-         ++tries) {
+    for (std::size_t tries = 0;
+         tries < limits_.eviction_sample * 8 && sampled < limits_.eviction_sample; ++tries) {
       rng_ ^= rng_ << 13;  // xorshift64: deterministic for a given seed
       rng_ ^= rng_ >> 7;
       rng_ ^= rng_ << 17;
@@ -572,13 +582,16 @@ std::vector<ShadowView> Store::shadows_of(std::uint64_t branch) const {
     v.ref = ref_of(i);
     v.name = e.name;
     v.reads.reserve(e.reads.size());
-    for (const Read& r : e.reads) v.reads.push_back(ReadRef{*records_[r.record].key, r.version});
+    for (const Read& r : e.reads)
+      v.reads.push_back(ReadRef{*records_[r.record].key, r.version});
     out.push_back(std::move(v));
   }
   return out;
 }
 
-std::size_t Store::record_count() const { return records_.size() - free_records_.size(); }
+std::size_t Store::record_count() const {
+  return records_.size() - free_records_.size();
+}
 
 std::optional<State> Store::state(EntryRef ref) const {
   const Entry* e = live(ref);
