@@ -408,7 +408,11 @@ std::size_t Store::remove(std::uint32_t index, RemovalReason reason) {
         }
       }
       if (ce.producers.empty() && ce.had_producers) {
-        work.emplace_back(c.index, RemovalReason::orphaned);
+        // A retired producer was valid when it went: its consumers stand on their own.
+        if (why == RemovalReason::retired)
+          ce.had_producers = false;
+        else
+          work.emplace_back(c.index, RemovalReason::orphaned);
       }
     }
     for (const EntryRef p : e.producers) {
@@ -420,6 +424,9 @@ std::size_t Store::remove(std::uint32_t index, RemovalReason reason) {
           break;
         }
       }
+      // A retired producer is only kept for what was built on it.
+      if (pe.state == State::retired && pe.consumers.empty())
+        work.emplace_back(p.index, RemovalReason::retired);
     }
     for (const Read& r : e.reads) {
       Record& rec = records_[r.record];
@@ -435,7 +442,7 @@ std::size_t Store::remove(std::uint32_t index, RemovalReason reason) {
       }
       rec.readers.erase_unordered(r.position);
     }
-    index_->erase(e.name, entries_);
+    if (e.state != State::retired) index_->erase(e.name, entries_);  // a retired one left it
     if (e.state == State::shadow) {
       unlink_branch(i);
       --shadows_;
@@ -458,6 +465,8 @@ std::size_t Store::remove(std::uint32_t index, RemovalReason reason) {
       case RemovalReason::discarded:
       case RemovalReason::replaced:
         ++stats_.discarded;
+        break;
+      case RemovalReason::retired:  // counted by retire()
         break;
     }
     const Hash128 name = e.name;
@@ -484,6 +493,26 @@ std::size_t Store::discard(EntryRef ref) {
 std::size_t Store::drop(EntryRef ref) {
   if (!live(ref)) return 0;
   return remove(ref.index, RemovalReason::discarded);
+}
+
+std::size_t Store::retire(EntryRef ref) {
+  Entry* e = const_cast<Entry*>(live(ref));
+  if (!e || e->state == State::retired) return 0;
+  ++stats_.retired;
+  // A fill chain may still be running on this entry and store its next stage here, which the
+  // store cannot know: keep it as a node of the graph either way. It goes with its last
+  // consumer (remove()), its TTL, a write to its reads, or eviction (first in line when it has
+  // no consumers).
+  index_->erase(e->name, entries_);
+  if (e->state == State::shadow) {
+    unlink_branch(ref.index);
+    --shadows_;
+  }
+  bytes_ -= e->size;
+  e->data.reset();
+  e->size = 0;
+  e->state = State::retired;
+  return 1;
 }
 
 std::size_t Store::discard_branch(std::uint64_t branch, std::span<const EntryRef> keep) {
@@ -522,6 +551,9 @@ std::size_t Store::expire(std::size_t max_examined) {
 // The lowest score among a random sample is evicted: an approximation that needs no ordered
 // structure per entry, as in Redis's sampled LRU.
 double Store::retention_score(const Entry& e, TimePoint now) const {
+  // A retired node holds no bytes: without consumers it is worth nothing; with them, evicting
+  // it would only cascade into them, so it is kept (they are evicted on their own merit).
+  if (e.state == State::retired) return e.consumers.empty() ? 0.0 : 1e300;
   constexpr double kMetadataBytes = 160.0;
   constexpr double kIdleScaleNs = 60e9;
   const double value = static_cast<double>(std::max<std::int64_t>(e.cost_ns, 1)) *

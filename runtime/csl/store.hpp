@@ -74,6 +74,8 @@ struct Provenance {
 enum class State : std::uint8_t {
   shadow,     ///< a fill's result, invisible to probe() until promoted
   confirmed,  ///< served by probe() while fresh
+  retired,    ///< served once and not kept (retire()): never served again, and holds no bytes,
+              ///< but stays in the dependency graph while later stages built on it live
 };
 
 // What put_confirmed() and put_shadow() store.
@@ -117,6 +119,7 @@ enum class RemovalReason {
   expired,      ///< its TTL passed
   discarded,    ///< its branch discarded it (an exclusive loser), or it was refused on promote
   replaced,     ///< a canonical result with the same name superseded this shadow
+  retired,      ///< served once and not kept (reuse off); what it produced stays valid
 };
 
 struct Limits {
@@ -140,6 +143,7 @@ struct Stats {
   std::uint64_t evicted = 0;
   std::uint64_t expired = 0;
   std::uint64_t discarded = 0;
+  std::uint64_t retired = 0;  // served once and removed without the cascade (reuse off)
 };
 
 // A shadow of one branch, as shadows_of() lists it.
@@ -186,6 +190,13 @@ class Store {
   // Removes one entry in any state, with the cascade (a result that must not be served again:
   // a promoted shadow when cross-request reuse is off). Reported as discarded.
   std::size_t drop(EntryRef ref);
+  // An entry that was served and must not serve again (a promoted shadow when cross-request
+  // reuse is off). Its value was authorized by an exact demand, so a fill chain built on it
+  // stays valid: it remains as a retired node without bytes and without a name, keeping its
+  // reads and edges so that a write to what it read still reaches what was built on it; it
+  // goes with its last consumer, its TTL, a write, or eviction. Returns 1 if it was live and
+  // not yet retired.
+  std::size_t retire(EntryRef ref);
   // Removes every shadow of `branch` except those in `keep`.
   std::size_t discard_branch(std::uint64_t branch, std::span<const EntryRef> keep = {});
   // Removes entries whose TTL has passed, examining at most `max_examined` slots per call

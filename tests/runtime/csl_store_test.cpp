@@ -190,6 +190,42 @@ TEST_F(StoreTest, RemovalForAnyReasonCascades) {
   EXPECT_EQ(store_.shadow_count(), 0u);
 }
 
+// Reuse off: a promoted result serves its demand and goes, but the chain built on it stays
+// promotable; it now stands on its own reads (a write to them still removes it).
+TEST_F(StoreTest, RetiringAPromotedEntryKeepsItsChain) {
+  const InsertResult handle = store_.put_shadow(shadow("handle(weather)", 4, {}));
+  store_.put_shadow(shadow("execute(weather)", 4, {"api:weather"}, {handle.ref}));
+  ASSERT_TRUE(store_.promote(N("handle(weather)")));
+  EXPECT_EQ(store_.retire(handle.ref), 1u);
+  EXPECT_EQ(store_.retire(handle.ref), 0u);  // twice is harmless
+  EXPECT_FALSE(store_.probe(N("handle(weather)")));
+  EXPECT_EQ(store_.stats().retired, 1u);
+  EXPECT_EQ(store_.stats().discarded, 0u);
+  const auto execute = store_.promote(N("execute(weather)"));
+  ASSERT_TRUE(execute);
+  // The executor goes with the write, and the retired handler node (kept only for it) too.
+  EXPECT_EQ(store_.write(std::vector<std::string>{"api:weather"}), 2u);
+  EXPECT_FALSE(store_.probe(N("execute(weather)")));
+  EXPECT_EQ(store_.size(), 0u);
+}
+
+// The chain's next stage is still running when its producer is served and retired: it can
+// still be stored on the retired node, and a write to what the retired node read reaches it.
+TEST_F(StoreTest, ARetiredProducerStillCarriesFreshness) {
+  const InsertResult research = store_.put_shadow(shadow("research(Ada)", 5, {"kb:Ada"}));
+  ASSERT_TRUE(store_.promote(N("research(Ada)")));
+  EXPECT_EQ(store_.retire(research.ref), 1u);
+  EXPECT_EQ(store_.state(research.ref), State::retired);
+  EXPECT_EQ(store_.bytes(), 0u);
+  // A new result under the same name is not blocked by the retired node.
+  EXPECT_EQ(store_.put_shadow(shadow("research(Ada)", 6, {"kb:Ada"})).status, InsertStatus::stored);
+  const InsertResult summary = store_.put_shadow(shadow("summarize(Ada)", 5, {}, {research.ref}));
+  ASSERT_EQ(summary.status, InsertStatus::stored);
+  store_.write(std::vector<std::string>{"kb:Ada"});
+  EXPECT_FALSE(store_.promote(N("summarize(Ada)"))) << "built on a record that was written";
+  EXPECT_FALSE(store_.state(research.ref));
+}
+
 TEST_F(StoreTest, TheObserverSeesEveryRemovalAndWhy) {
   std::vector<std::pair<Hash128, RemovalReason>> seen;
   store_.set_observer([&](const Hash128& n, RemovalReason r) { seen.emplace_back(n, r); });
