@@ -4,6 +4,27 @@
 
 namespace dynrt::admission {
 
+std::string_view to_string(AdmissionPolicy p) {
+  switch (p) {
+    case AdmissionPolicy::priced:
+      return "priced";
+    case AdmissionPolicy::threshold:
+      return "threshold";
+    case AdmissionPolicy::always:
+      return "always";
+    case AdmissionPolicy::fixed_load:
+      return "static";
+  }
+  return "priced";
+}
+
+std::optional<AdmissionPolicy> admission_policy_from(std::string_view name) {
+  for (const auto p : {AdmissionPolicy::priced, AdmissionPolicy::threshold, AdmissionPolicy::always,
+                       AdmissionPolicy::fixed_load})
+    if (to_string(p) == name) return p;
+  return std::nullopt;
+}
+
 Controller::Controller(const Clock& clock, AdmissionConfig config)
     : clock_(clock),
       config_(config),
@@ -59,7 +80,17 @@ GenerationDecision Controller::open_branch(BranchId branch, const Hash128& coord
                                    kv_reserved_ / config_.prices.kv_budget});
   const int n = c.model.samples();
   const int n0 = config_.cold_trials;
-  if (n < n0) {
+  if (config_.policy != AdmissionPolicy::priced) {
+    // Fixed policies: open unless the static rule's load limits are exceeded.
+    if (config_.policy == AdmissionPolicy::fixed_load &&
+        (rho_ > config_.static_max_rho || backlog_ > config_.static_max_backlog)) {
+      d.reason = GateReason::closed;
+      ++stats_.branches_closed;
+      return d;
+    }
+    d.open = true;
+    d.reason = GateReason::fixed;
+  } else if (n < n0) {
     if (n + c.pending >= n0) {  // Algorithm 1, line 4: the cold trials are in flight
       d.reason = GateReason::cold_pending;
       ++stats_.branches_closed;
@@ -134,7 +165,25 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
     return true;
   };
   hooks.audit = [&] { return uniform() < config_.fill_audit; };
-  const std::vector<Step> steps = admit_fills(priced, out.view, curves_, budget, hooks);
+  std::vector<Step> steps;
+  if (config_.policy == AdmissionPolicy::priced) {
+    steps = admit_fills(priced, out.view, curves_, budget, hooks);
+  } else {
+    // Fixed policies: in rank order, every candidate (always) or those whose p reaches the
+    // fixed threshold, as long as the budgets and reservations allow. No repricing.
+    // The confidence a fixed threshold is compared with is the predictor's alone (the
+    // selection posterior's upper quantile), as speculative agents score their next action.
+    for (std::size_t i = 0; i < priced.size() && budget.fills > 0; ++i) {
+      if (config_.policy != AdmissionPolicy::always &&
+          c.selection.upper(candidates[i].rank) < config_.fixed_threshold)
+        continue;
+      if (!feasible(budget, priced[i].footprint) || !hooks.reserve(i)) continue;
+      const double cost = curves_.cost(out.view, priced[i].footprint);
+      steps.push_back(Step{i, utility(priced[i], out.view, curves_), cost, false});
+      --budget.fills;
+      budget.kv_share -= priced[i].footprint.kv_share;
+    }
+  }
   for (const Step& s : steps) {
     out.admitted.push_back(
         FillChoice{s.index, made[s.index], priced[s.index].p, s.utility, s.cost_ms, s.audit});
@@ -172,7 +221,8 @@ void Controller::resolve(BranchId branch, std::optional<std::size_t> selected_ra
     c.selection.observe(rank, selected_rank && *selected_rank == rank);
   }
   c.selection.next_branch();
-  for (const std::size_t rank : b->predicted_ranks) c.selection.refresh(rank);
+  for (const std::size_t rank : b->predicted_ranks)
+    c.selection.refresh(rank);
 }
 
 void Controller::consumed(BranchId branch, std::size_t /*rank*/, double saved_ms) {
@@ -184,6 +234,16 @@ void Controller::consumed(BranchId branch, std::size_t /*rank*/, double saved_ms
     revise(branch, saved_ms);
   } else {
     b->y += saved_ms;  // Eq. 4: the execution a consumed fill saved
+  }
+}
+
+void Controller::credit(BranchId branch, double saved_ms) {
+  Branch* b = find(branch);
+  if (!b) return;
+  if (b->settled) {
+    revise(branch, saved_ms);
+  } else {
+    b->y += saved_ms;
   }
 }
 

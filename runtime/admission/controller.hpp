@@ -31,6 +31,7 @@
 #include <deque>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -39,7 +40,27 @@ namespace dynrt::admission {
 using BranchId = std::uint64_t;
 using ReservationId = std::uint64_t;
 
+// How the two gates decide. `priced` is DynBranch's controller; the others are the fixed
+// policies the paper compares it with (section 5.4-5.5, Figure 15) and that `dynrt bench`
+// runs as baselines. Every policy keeps learning (posteriors, feedback), so the probabilities
+// a threshold compares against are the same estimates the priced gate uses.
+enum class AdmissionPolicy {
+  priced,      ///< Action 0 by UCB on the learned return, Action 1 by sequential repricing
+  threshold,   ///< Action 0 always open; Action 1 admits candidates whose selection
+               ///< confidence (the rank's posterior upper quantile) >= fixed_threshold
+  always,      ///< Action 0 always open; Action 1 admits every candidate the budgets allow
+  fixed_load,  ///< Action 0 open only below a fixed load (static_max_rho, static_max_backlog);
+               ///< Action 1 as `threshold`
+};
+
+std::string_view to_string(AdmissionPolicy p);
+std::optional<AdmissionPolicy> admission_policy_from(std::string_view name);
+
 struct AdmissionConfig {
+  AdmissionPolicy policy = AdmissionPolicy::priced;
+  double fixed_threshold = 0.5;                // threshold and fixed_load: the p a candidate needs
+  double static_max_rho = 0.25;                // fixed_load: canonical pressure at most this ...
+  double static_max_backlog = 0.03;            // ... and queued requests per slot at most this
   Duration horizon = std::chrono::seconds(5);  // H of the causal envelope
   PriceParams prices;
   int cold_trials = 8;                // n0: trials per class before the UCB rule applies
@@ -56,6 +77,7 @@ enum class GateReason {
   ucb,           ///< opened: U0 > 0
   closed,        ///< closed: U0 <= 0
   audit,         ///< opened by a seeded audit despite U0 <= 0
+  fixed,         ///< opened by a fixed policy (AdmissionPolicy other than priced)
 };
 
 struct GenerationDecision {
@@ -124,6 +146,10 @@ class Controller {
   // An admitted, selected fill missed its deadline; the demand waited `wait_ms` for it. This
   // lowers usability; it is not a prediction error.
   void missed(BranchId branch, std::size_t rank, double wait_ms);
+  // A later stage of an admitted fill's chain was served from it and saved `saved_ms`: the
+  // branch's return grows (revised if it has settled); usability is not touched (that counts
+  // the fill once, at its first stage).
+  void credit(BranchId branch, double saved_ms);
   void release(ReservationId reservation);
   void settle(BranchId branch);
   // Delayed feedback after settle(): the branch's return changes by delta_ms.

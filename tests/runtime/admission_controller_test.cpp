@@ -45,12 +45,12 @@ TEST(ClassModel, RevisionMovesQAndSigmaButAddsNoObservation) {
 
 TEST(Context, HasItsSixDocumentedComponents) {
   const Context x = make_context(ContextInputs{0.7, 0.2, 0.4, 3.0, 0.25});
-  EXPECT_EQ(x(0), 1.0);   // bias
-  EXPECT_EQ(x(1), 0.7);   // horizon pressure
+  EXPECT_EQ(x(0), 1.0);           // bias
+  EXPECT_EQ(x(1), 0.7);           // horizon pressure
   EXPECT_NEAR(x(2), 0.5, 1e-12);  // transient low: 0.7 - 0.2
-  EXPECT_EQ(x(3), 0.4);   // consumption
-  EXPECT_EQ(x(4), 1.0);   // backlog, capped
-  EXPECT_EQ(x(5), 0.25);  // KV occupancy
+  EXPECT_EQ(x(3), 0.4);           // consumption
+  EXPECT_EQ(x(4), 1.0);           // backlog, capped
+  EXPECT_EQ(x(5), 0.25);          // KV occupancy
 }
 
 class ControllerTest : public ::testing::Test {
@@ -85,8 +85,8 @@ TEST_F(ControllerTest, AdmitReservesAndReleaseReturns) {
   Controller ctl(clock_, config());
   ctl.observe_load(0.1, 0);
   ASSERT_TRUE(ctl.open_branch(1, kClass).open);
-  const std::vector<Candidate> cands = {
-      {0, 3000, Footprint{1500, 0.01}}, {1, 3000, Footprint{1500, 0.01}}};
+  const std::vector<Candidate> cands = {{0, 3000, Footprint{1500, 0.01}},
+                                        {1, 3000, Footprint{1500, 0.01}}};
   const FillDecision d = ctl.admit(1, cands, /*max_fills=*/1);
   ASSERT_EQ(d.admitted.size(), 1u);  // the template allows one fill per branch
   EXPECT_EQ(d.p.size(), 2u);
@@ -132,7 +132,8 @@ TEST_F(ControllerTest, FeedbackUpdatesSelectionForEveryPredictedRankAndUsability
   ctl.missed(1, 1, 120);  // its fill missed the deadline: the demand waited 120 ms
   EXPECT_NEAR(*ctl.branch_return(1), before - 120, 1e-9);
   EXPECT_EQ(sel.posterior(1).alpha, 2);  // not a prediction error
-  for (const FillChoice& f : d.admitted) ctl.release(f.reservation);
+  for (const FillChoice& f : d.admitted)
+    ctl.release(f.reservation);
   ctl.settle(1);
   EXPECT_EQ(ctl.model(kClass)->samples(), 1);
   // A delayed consumption after settlement revises, without a second observation.
@@ -215,6 +216,89 @@ TEST_F(ControllerTest, IsDeterministicForASeed) {
     return std::make_pair(s.opened, ctl.stats().fills_admitted);
   };
   EXPECT_EQ(run(), run());
+}
+
+TEST_F(ControllerTest, AlwaysPolicyOpensEveryBranchAndAdmitsUpToTheBudgets) {
+  AdmissionConfig c = config();
+  c.policy = AdmissionPolicy::always;
+  c.prices.kv_budget = 0.05;
+  Controller ctl(clock_, c);
+  ctl.observe_load(1.0, 5.0);  // saturated: the priced gate would refuse
+  const GenerationDecision g = ctl.open_branch(1, kClass);
+  EXPECT_TRUE(g.open);
+  EXPECT_EQ(g.reason, GateReason::fixed);
+  const std::vector<Candidate> cands = {{0, 10, Footprint{100000, 0.02}},
+                                        {1, 10, Footprint{100000, 0.02}},
+                                        {2, 10, Footprint{100000, 0.02}}};
+  const FillDecision d = ctl.admit(1, cands, 3);
+  ASSERT_EQ(d.admitted.size(), 2u);  // the third does not fit the KV budget
+  EXPECT_EQ(d.admitted[0].candidate, 0u);
+  EXPECT_EQ(d.admitted[1].candidate, 1u);
+  EXPECT_LT(d.admitted[0].utility, 0);  // admitted although the price exceeds the benefit
+  EXPECT_EQ(ctl.fills_in_flight(), 2);
+}
+
+TEST_F(ControllerTest, ThresholdPolicyAdmitsOnlyCandidatesWhoseSelectionConfidenceReachesIt) {
+  AdmissionConfig c = config();
+  c.policy = AdmissionPolicy::threshold;
+  c.fixed_threshold = 0.3;
+  Controller ctl(clock_, c);
+  ctl.observe_load(0.1, 0);
+  // Teach the class that rank 0 is selected: its confidence rises above 0.3, rank 1's falls.
+  const std::vector<Candidate> cands = {{0, 3000, Footprint{800, 0.005}},
+                                        {1, 3000, Footprint{800, 0.005}}};
+  for (BranchId b = 1; b <= 6; ++b) {
+    ASSERT_TRUE(ctl.open_branch(b, kClass).open);
+    const FillDecision d = ctl.admit(b, cands, 2);
+    ctl.resolve(b, 0);
+    for (const FillChoice& f : d.admitted) {
+      if (f.candidate == 0) ctl.consumed(b, 0, 1000);
+      ctl.release(f.reservation);
+    }
+    ctl.settle(b);
+  }
+  ASSERT_TRUE(ctl.open_branch(7, kClass).open);
+  const FillDecision d = ctl.admit(7, cands, 2);
+  EXPECT_GE(ctl.selection(kClass)->upper(0), 0.3);
+  EXPECT_LT(ctl.selection(kClass)->upper(1), 0.3);
+  ASSERT_EQ(d.admitted.size(), 1u);
+  EXPECT_EQ(d.admitted[0].candidate, 0u);
+}
+
+TEST_F(ControllerTest, StaticPolicyOpensOnlyBelowItsLoadLimits) {
+  AdmissionConfig c = config();
+  c.policy = AdmissionPolicy::fixed_load;
+  c.static_max_rho = 0.25;
+  c.static_max_backlog = 0.03;
+  Controller ctl(clock_, c);
+  ctl.observe_load(0.2, 0.0);
+  EXPECT_TRUE(ctl.open_branch(1, kClass).open);
+  ctl.observe_load(0.3, 0.0);
+  EXPECT_FALSE(ctl.open_branch(2, kClass).open);
+  ctl.observe_load(0.1, 0.05);
+  EXPECT_FALSE(ctl.open_branch(3, kClass).open);
+  EXPECT_EQ(ctl.stats().branches_closed, 2u);
+}
+
+TEST_F(ControllerTest, ChainCreditRaisesTheReturnWithoutTouchingUsability) {
+  Controller ctl(clock_, config());
+  ctl.observe_load(0.1, 0);
+  ASSERT_TRUE(ctl.open_branch(1, kClass).open);
+  const double before = *ctl.branch_return(1);
+  ctl.credit(1, 2500);  // the read after a retrieve was served from the fill
+  EXPECT_NEAR(*ctl.branch_return(1), before + 2500, 1e-9);
+  ctl.settle(1);
+  ctl.credit(1, 500);  // after settlement: a revision, no second observation
+  EXPECT_NEAR(*ctl.branch_return(1), before + 3000, 1e-9);
+  EXPECT_EQ(ctl.model(kClass)->samples(), 1);
+  ctl.credit(99, 100);  // an unknown branch is ignored
+}
+
+TEST(AdmissionPolicy, NamesRoundTrip) {
+  for (const auto p : {AdmissionPolicy::priced, AdmissionPolicy::threshold, AdmissionPolicy::always,
+                       AdmissionPolicy::fixed_load})
+    EXPECT_EQ(admission_policy_from(to_string(p)), p);
+  EXPECT_EQ(admission_policy_from("sometimes"), std::nullopt);
 }
 
 }  // namespace
