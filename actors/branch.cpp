@@ -80,6 +80,7 @@ void spawn_fills(Self self, const AdmitReply& admitted) {
     init->bindings[decision_of(st).name] = init->candidate;
     init->producers = st.init->producers;
     init->producers.erase(decision_of(st).name);
+    init->run = st.init->run;
     init->workflow = st.init->workflow;
     init->branch_actor = self;
     init->services = st.init->services;
@@ -119,6 +120,8 @@ void proposed(Self self, std::vector<std::string> candidates) {
               chain.push_back(st.init->graph->stages[s].fingerprint);
             req->chains.assign(st.branch->candidates().size(), chain);
             req->max_fills = decision_of(st).limits.max_fills;
+            if (svc.switches.fanout >= 0)
+              req->max_fills = std::min(req->max_fills, svc.switches.fanout);
             self->request(svc.pricing, infinite, admit_atom::value, AdmitRequestPtr(req))
                 .then(
                     [=](AdmitReply& reply) {
@@ -208,6 +211,8 @@ behavior branch_actor(Self self, BranchInitPtr init) {
   st0.branch = std::make_unique<branch::BranchState>(init->id, d.coordinate,
                                                      d.promotion == dsl::Promotion::exclusive);
   st0.chain = fill_chain(*init->graph, d);
+  const int depth = init->services->switches.fill_depth;
+  if (depth > 0 && st0.chain.size() > static_cast<std::size_t>(depth)) st0.chain.resize(depth);
   st0.started = std::chrono::steady_clock::now();
   // A fill that dies abnormally is a failed fill, not a reason for the branch to die; an exit
   // from the workflow (shutdown) ends the branch with it.

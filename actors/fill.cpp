@@ -195,7 +195,9 @@ void next_stage(Self self) {
   auto rendered = dsl::render_stage(stage, st0.vars);
   // An unrenderable first stage is a failed fill; a later one just ends the chain.
   if (!rendered) return finish(self, st0.step == 0 ? FillStatus::failed : FillStatus::done);
-  const Hash128 name = reuse_name(stage.fingerprint, rendered->endpoint, rendered->body);
+  const Hash128 name =
+      scoped_name(init.services->switches,
+                  reuse_name(stage.fingerprint, rendered->endpoint, rendered->body), init.run);
   st0.announced = name;
   self->send(init.workflow, fstart_atom::value, name, init.id);
   const auto& svc = *init.services;

@@ -41,6 +41,7 @@ using admit_atom = caf::atom_constant<caf::atom("admit")>;       // pricing: Act
 using setup_atom = caf::atom_constant<caf::atom("setup")>;       // pricing: predictor time
 using learn_atom = caf::atom_constant<caf::atom("learn")>;       // pricing: a resolution
 using usable_atom = caf::atom_constant<caf::atom("usable")>;     // pricing: consumed / missed
+using credit_atom = caf::atom_constant<caf::atom("credit")>;     // pricing: a chain stage served
 using release_atom = caf::atom_constant<caf::atom("release")>;   // pricing: a fill ended
 using settle_atom = caf::atom_constant<caf::atom("settle")>;     // pricing, workflow
 using cost_atom = caf::atom_constant<caf::atom("cost")>;         // pricing: an execution's cost
@@ -75,6 +76,9 @@ struct Switches {
   bool reuse = true;
   bool fills = true;
   int fill_priority = 10;
+  int fanout = -1;
+  int fill_depth = 0;
+  bool private_fills = false;
   std::chrono::milliseconds settle_after{30'000};
   std::chrono::milliseconds workflow_idle{60'000};
 };
@@ -220,6 +224,7 @@ struct BranchInit {
   dsl::Bindings bindings;  // the run's variables when the decision point was reached
   Producers producers;
   std::shared_ptr<const nlohmann::json> source_output;  // extract: the source stage's output
+  std::string run;  // the workflow id of the run that reached the decision point
   caf::actor workflow;
   ServicesPtr services;
 };
@@ -235,11 +240,17 @@ struct FillInit {
   std::vector<dsl::StageId> chain;
   dsl::Bindings bindings;  // with the decision's variable set to the candidate
   Producers producers;
+  std::string run;  // the workflow id of the run whose branch admitted it
   caf::actor workflow;
   caf::actor branch_actor;
   ServicesPtr services;
 };
 using FillInitPtr = std::shared_ptr<const FillInit>;
+
+// The name a result is stored and served under: the reuse name, or with private fills (the
+// SPAgent-like baseline) the reuse name salted with the run's id, so that no other run's
+// demand can ever match it.
+Hash128 scoped_name(const Switches& switches, const Hash128& name, const std::string& run);
 
 // Whether stage `s` of `g` may run as a fill or be served from the library.
 bool reusable(const dsl::Stage& s);

@@ -53,6 +53,9 @@ behavior root_actor(stateful_actor<RootState>* self, std::shared_ptr<const RootI
   svc->switches.reuse = cfg.reuse;
   svc->switches.fills = cfg.fills;
   svc->switches.fill_priority = cfg.fill_priority;
+  svc->switches.fanout = cfg.fanout;
+  svc->switches.fill_depth = cfg.fill_depth;
+  svc->switches.private_fills = cfg.private_fills;
   svc->switches.settle_after = cfg.settle_after;
   svc->switches.workflow_idle = cfg.workflow_idle;
   PricingConfig pricing;

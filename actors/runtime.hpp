@@ -99,8 +99,12 @@ struct RuntimeConfig {
   std::chrono::milliseconds workflow_idle{60'000};  // a run's actor ends after this much quiet
   std::chrono::milliseconds settle_after{30'000};  // a resolved branch stops waiting for its demand
   int fill_priority = 10;  // engine priority of fills (canonical requests use 0)
-  int decode_slots = 0;    // the engines' decode slots for pricing; 0: from the engine's load
-  double kv_tokens = 0;    // the engines' KV pool in tokens for pricing; 0: from the engine
+  // Policy knobs that `dynrt bench` uses for its sweeps and baselines; the defaults are dynrt.
+  int fanout = -1;             // most fills per branch; -1: each decision's max_fills
+  int fill_depth = 0;          // stages a fill runs down its chain; 0: the whole speculable chain
+  bool private_fills = false;  // a fill's result serves only demands of the run that made it
+  int decode_slots = 0;        // the engines' decode slots for pricing; 0: from the engine's load
+  double kv_tokens = 0;        // the engines' KV pool in tokens for pricing; 0: from the engine
   csl::Limits csl;
   admission::AdmissionConfig admission;
   admission::CostModelConfig costs;

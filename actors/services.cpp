@@ -14,6 +14,13 @@ using namespace caf;
 
 // -- helpers shared by the actors ---------------------------------------------------------------
 
+Hash128 scoped_name(const Switches& switches, const Hash128& name, const std::string& run) {
+  if (!switches.private_fills) return name;
+  Hasher128 h;
+  h.add(name).add(run);
+  return h.finish();
+}
+
 bool reusable(const dsl::Stage& s) {
   return s.speculable && s.kind != dsl::StageKind::user && s.writes.empty();
 }
@@ -228,8 +235,9 @@ behavior csl_actor(stateful_actor<CslState>* self, CslConfig config,
         if (promote)
           if (auto hit = store.promote(name)) {
             ServeReply r = to_reply(*hit, true);
-            // Without cross-request reuse a promoted result serves this demand only.
-            if (!keep) store.drop(hit->ref);
+            // Without cross-request reuse a promoted result serves this demand only; the fill
+            // chain built on it stays promotable (its later stages' demands come next).
+            if (!keep) store.retire(hit->ref);
             return r;
           }
         return ServeReply{};
@@ -349,6 +357,9 @@ behavior pricing_actor(stateful_actor<PricingState>* self, PricingConfig config)
         self->state.observe();
       },
       [=](settle_atom, std::uint64_t branch) { self->state.controller->settle(branch); },
+      [=](credit_atom, std::uint64_t branch, double saved_ms) {
+        self->state.controller->credit(branch, saved_ms);
+      },
       [=](cost_atom, const Hash128& stage, std::int64_t engine_ns, double tokens) {
         self->state.costs.observe(stage, Duration(engine_ns), tokens);
       },

@@ -110,6 +110,7 @@ void apply(Self self, Effects fx) {
     init->bindings = o.bindings;
     init->producers = o.producers;
     init->source_output = o.source_output;
+    init->run = st.init.id;
     init->workflow = self;
     init->services = st.init.services;
     const auto id = init->id;
@@ -127,9 +128,17 @@ void completed(Self self, const dsl::Stage& stage, const std::string& bytes, csl
 void note_demand(Self self, const dsl::Stage& stage, bool from_fill, std::uint64_t fill_branch,
                  double saved_ms, double waited_ms) {
   auto& st = self->state;
-  for (const auto& [id, consumed] : st.run->demanded(stage, from_fill, fill_branch))
+  bool first = false;
+  for (const auto& [id, consumed] : st.run->demanded(stage, from_fill, fill_branch)) {
+    first = first || (consumed && id == fill_branch);
     if (auto it = st.branches.find(id); it != st.branches.end())
       self->send(it->second, demanded_atom::value, consumed, saved_ms, waited_ms);
+  }
+  // A later stage of a fill chain (a read after its retrieve, an executor after its handler):
+  // the branch that filled it saved this too, so its return learns it (Eq. 4). The branch
+  // may have settled already; the controller revises a settled branch's return.
+  if (from_fill && !first && fill_branch != 0)
+    self->send(svc_of(self).pricing, credit_atom::value, fill_branch, saved_ms);
 }
 
 void answer(Self self, std::uint64_t id, Reply reply) {
@@ -348,7 +357,9 @@ void on_demand(Self self, const DemandPtr& d) {
   Pending p;
   p.demand = d;
   p.stage = stage->id;
-  p.name = reuse_name(stage->fingerprint, d->request.endpoint, d->request.body);
+  p.name =
+      scoped_name(svc_of(self).switches,
+                  reuse_name(stage->fingerprint, d->request.endpoint, d->request.body), st.init.id);
   const std::uint64_t id = d->id;
   st.pending.emplace(id, std::move(p));
   const auto& sw = svc_of(self).switches;

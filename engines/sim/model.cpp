@@ -70,6 +70,7 @@ void SimModel::release(Req& r, SimTime now) {
   kv_reserved_ -= r.kv_need;
   kv_in_use_ -= r.gen.prompt_tokens + static_cast<std::int64_t>(r.generated);
   counters_.busy += now - r.admitted;
+  if (r.request.priority > 0) counters_.background_busy += now - r.admitted;
   decoding_.erase(r.handle);
   std::erase(joining_, r.handle);
   if (r.phase == Phase::prefill) {

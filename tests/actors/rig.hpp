@@ -34,6 +34,9 @@ struct RigOptions {
   double time_scale = 0;  // real ms per simulated second; 0 as fast as possible
   std::chrono::milliseconds settle_after{30'000};
   std::chrono::milliseconds workflow_idle{60'000};
+  int fanout = -1;
+  int fill_depth = 0;
+  bool private_fills = false;
 };
 
 struct Rig {
@@ -60,6 +63,9 @@ struct Rig {
     cfg.fills = o.fills;
     cfg.settle_after = o.settle_after;
     cfg.workflow_idle = o.workflow_idle;
+    cfg.fanout = o.fanout;
+    cfg.fill_depth = o.fill_depth;
+    cfg.private_fills = o.private_fills;
     auto rt = Runtime::create(cfg);
     EXPECT_TRUE(rt.ok()) << (rt.ok() ? "" : rt.error().message);
     runtime = std::move(*rt);
