@@ -35,6 +35,7 @@ RunResult drive(Runtime& rt, const dsl::TemplateGraph& g, const Run& run,
     for (const dsl::StageId sid : stage_order(g)) {
       const dsl::Stage& stage = g.stages[sid];
       if (stage.kind == dsl::StageKind::user) {
+        if (options.on_user) options.on_user(run, rep);
         if (stage.decides != dsl::kNoId && rep < run.picks.size())
           vars[g.decisions[stage.decides].name] = run.picks[rep];
         continue;
@@ -63,15 +64,17 @@ RunResult drive(Runtime& rt, const dsl::TemplateGraph& g, const Run& run,
       }
       if (options.before_step) options.before_step(step);
       const auto started = std::chrono::steady_clock::now();
-      std::promise<Reply> done;
-      auto future = done.get_future();
-      auto chunks = std::make_shared<std::vector<std::string>>();
-      rt.complete(Request{step.endpoint, step.request, Tags{w, run.workflow_id, stage.name}},
-                  ReplyCallbacks{[chunks](std::string_view c) { chunks->emplace_back(c); },
-                                 [&done](Reply r) { done.set_value(std::move(r)); }, nullptr});
-      step.reply = future.get();
+      if (!options.intercept || !options.intercept(step)) {
+        std::promise<Reply> done;
+        auto future = done.get_future();
+        auto chunks = std::make_shared<std::vector<std::string>>();
+        rt.complete(Request{step.endpoint, step.request, Tags{w, run.workflow_id, stage.name}},
+                    ReplyCallbacks{[chunks](std::string_view c) { chunks->emplace_back(c); },
+                                   [&done](Reply r) { done.set_value(std::move(r)); }, nullptr});
+        step.reply = future.get();
+        step.chunks = std::move(*chunks);
+      }
       step.latency = std::chrono::steady_clock::now() - started;
-      step.chunks = std::move(*chunks);
       if (!step.reply.ok() || step.reply.status != 200) {
         out.error = "stage " + stage.name + " answered " + std::to_string(step.reply.status) +
                     ": " + step.reply.error;

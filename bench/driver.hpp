@@ -36,6 +36,11 @@ struct DriveOptions {
   // Called before each request is sent and after each answer (tests record and write here).
   std::function<void(const Step&)> before_step;
   std::function<void(const Step&)> after_step;
+  // Called at a user stage before its pick is taken (the bench waits the think time here).
+  std::function<void(const Run&, std::size_t repetition)> on_user;
+  // Called before a request goes to the Runtime: returning true means the step's reply was
+  // filled in by the caller (a harness-side cache of the baselines) and nothing is sent.
+  std::function<bool(Step&)> intercept;
 };
 
 RunResult drive(Runtime& runtime, const dsl::TemplateGraph& graph, const Run& run,

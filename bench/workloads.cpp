@@ -2,6 +2,9 @@
 
 #include "dsl/render.hpp"
 
+#include <algorithm>
+#include <cmath>
+#include <functional>
 #include <random>
 
 namespace dynrt::bench {
@@ -12,12 +15,12 @@ namespace {
 
 // Words for the deciding stages' reasoning: the resolution decode is long (paper F2: about
 // 270 tokens at p50), so fills have time to finish before the selection is known.
-std::string reasoning(std::mt19937_64& rng, int words) {
+std::string reasoning(std::mt19937_64& rng, int words, const char* lead = "Thinking:") {
   static const char* kWords[] = {"the",  "request", "asks",      "about",  "which",
                                  "tool", "fits",    "best",      "given",  "context",
                                  "and",  "history", "so",        "we",     "consider",
                                  "each", "option",  "carefully", "before", "deciding"};
-  std::string out = "Thinking:";
+  std::string out = lead;
   for (int i = 0; i < words; ++i)
     out += std::string(" ") + kWords[rng() % 20];
   return out;
@@ -38,6 +41,49 @@ std::string skewed(std::mt19937_64& rng, const std::vector<std::string>& values,
   return values[1 + rng() % (values.size() - 1)];
 }
 
+// A fresh run's content (its input carries `marker`, which makes it unique); the workload's
+// script gets the deciding stages' answers for it.
+using FreshRun = std::function<Run(std::mt19937_64&, const std::string& marker)>;
+
+// Draws index k of a pool of n with Zipf weights 1/(k+1).
+std::size_t zipf(std::mt19937_64& rng, std::size_t n) {
+  double total = 0;
+  for (std::size_t k = 0; k < n; ++k)
+    total += 1.0 / static_cast<double>(k + 1);
+  double x = std::uniform_real_distribution<double>(0, total)(rng);
+  for (std::size_t k = 0; k < n; ++k) {
+    x -= 1.0 / static_cast<double>(k + 1);
+    if (x <= 0) return k;
+  }
+  return n - 1;
+}
+
+// The runs: fresh ones, and with probability repeat_rate an exact repeat of a popular request
+// (its content under the run's own workflow id). The popular pool and the repeat draws use
+// a generator of their own, so they do not disturb the fresh runs' draws.
+void fill_runs(Workload& w, const WorkloadOptions& o, std::mt19937_64& rng, const FreshRun& fresh) {
+  const std::string seed = std::to_string(o.seed);
+  std::mt19937_64 repeats(o.seed ^ 0x5DEECE66DULL);
+  std::uniform_real_distribution<double> u(0, 1);
+  if (o.repeat_rate > 0) {
+    const std::size_t pool = std::max<std::size_t>(2, o.runs / 8);
+    for (std::size_t k = 0; k < pool; ++k)
+      w.popular.push_back(fresh(repeats, "pop " + seed + "." + std::to_string(k)));
+  }
+  for (std::size_t i = 0; i < o.runs; ++i) {
+    Run r;
+    if (o.repeat_rate > 0 && u(repeats) < o.repeat_rate) {
+      const std::size_t k = zipf(repeats, w.popular.size());
+      r = w.popular[k];
+      r.popular = static_cast<int>(k);
+    } else {
+      r = fresh(rng, seed + "." + std::to_string(i));
+    }
+    r.workflow_id = w.workflow + "-" + seed + "-" + std::to_string(i);
+    w.runs.push_back(std::move(r));
+  }
+}
+
 Workload routing(const dsl::TemplateGraph& g, const WorkloadOptions& o) {
   Workload w;
   w.workflow = "routing";
@@ -46,21 +92,20 @@ Workload routing(const dsl::TemplateGraph& g, const WorkloadOptions& o) {
   for (const auto& h : handlers)
     w.corpus.push_back({{"key", "api:" + h}, {"text", "The " + h + " API answered: ok."}});
   w.tools = {{"call_api", "api:{{api}}"}};
-  for (std::size_t i = 0; i < o.runs; ++i) {
+  fill_runs(w, o, rng, [&](std::mt19937_64& gen, const std::string& marker) {
     Run r;
-    r.workflow_id = "routing-" + std::to_string(o.seed) + "-" + std::to_string(i);
-    r.input =
-        "Please help with my day [req " + std::to_string(o.seed) + "." + std::to_string(i) + "]";
+    r.input = "Please help with my day [req " + marker + "]";
     for (int turn = 0; turn < 2; ++turn) {
-      const std::string pick = skewed(rng, handlers, 0.4 + 0.5 * o.predictability);
+      // Top-1 coverage 0.9 at full predictability (section 2.2: 59-94%).
+      const std::string pick = skewed(gen, handlers, 0.4 + 0.5 * o.predictability);
       r.picks.push_back(pick);
       // The router's exact request, rendered as the template does, answers with the pick.
       const auto body = dsl::render_stage(
           *g.stage("router"), {{"query", routing_query(r, static_cast<std::size_t>(turn))}});
-      if (body) w.script.add_exact(body->body, reasoning(rng, 260) + "\nHANDLER: " + pick);
+      if (body) w.script.add_exact(body->body, reasoning(gen, 260) + "\nHANDLER: " + pick);
     }
-    w.runs.push_back(std::move(r));
-  }
+    return r;
+  });
   return w;
 }
 
@@ -86,53 +131,77 @@ Workload react(const WorkloadOptions& o) {
   }
   w.tools = {{"retrieve", "corpus:{{entity}}"}};
   std::uniform_real_distribution<double> u(0, 1);
-  for (std::size_t i = 0; i < o.runs; ++i) {
+  fill_runs(w, o, rng, [&](std::mt19937_64& gen, const std::string& marker) {
     Run r;
-    r.workflow_id = "react-" + std::to_string(o.seed) + "-" + std::to_string(i);
-    r.input =
-        "How are things connected? [q " + std::to_string(o.seed) + "." + std::to_string(i) + "]";
-    const std::size_t hops = 3 + rng() % 3;
-    std::size_t current = rng() % kEntities;
+    r.input = "How are things connected? [q " + marker + "]";
+    const std::size_t hops = 3 + gen() % 3;
+    std::size_t current = gen() % kEntities;
+    std::vector<std::size_t> visited;
     for (std::size_t h = 0; h < hops; ++h) {
       if (h > 0) {
-        // 61% among the previous passage's first three entities (paper section 2.2).
-        if (u(rng) < 0.61 * o.predictability)
-          current = links[current][rng() % 3];
-        else
-          current = rng() % kEntities;
+        // Paper section 2.2: the next entity is among the previous passage's first three 61%
+        // of the time, and about 12% of retrievals recur within a run (a hop goes back to an
+        // entity already read; 0.16 per hop gives about 12% of all retrievals). Otherwise it
+        // is one the passage does not name.
+        const double x = u(gen);
+        const auto& named = links[current];
+        if (x < 0.61 * o.predictability) {
+          current = named[gen() % 3];
+        } else if (x < 0.77 * o.predictability) {
+          current = visited[gen() % visited.size()];
+        } else {
+          do
+            current = gen() % kEntities;
+          while (std::find(named.begin(), named.end(), current) != named.end());
+        }
       }
+      visited.push_back(current);
       r.picks.push_back(entity_name(current));
       w.script.add_exact(react_think_request(r, h),
-                         reasoning(rng, 200) + "\nSearch[" + entity_name(current) + "]");
+                         reasoning(gen, 200) + "\nSearch[" + entity_name(current) + "]");
     }
-    w.runs.push_back(std::move(r));
-  }
+    return r;
+  });
   return w;
 }
 
-Workload subagent(const WorkloadOptions& o) {
+Workload subagent(const dsl::TemplateGraph& g, const WorkloadOptions& o) {
   Workload w;
   w.workflow = "subagent";
   std::mt19937_64 rng(o.seed);
   const std::vector<std::string> agents = {"history", "geography", "biography", "science"};
-  const std::size_t kEntities = 12;
+  const std::size_t kEntities = o.subagent_entities > 0 ? o.subagent_entities : std::size_t{12};
   for (const auto& a : agents)
     for (std::size_t e = 0; e < kEntities; ++e)
       w.corpus.push_back({{"key", "kb:" + a + ":" + entity_name(e)},
                           {"text", "What the " + a + " base knows of " + entity_name(e) + "."}});
   w.tools = {{"kb_search", "kb:{{collection}}:{{entity}}"}};
-  for (std::size_t i = 0; i < o.runs; ++i) {
+  // Each sub-agent's summary of an entity is a long decode (about 200 words): the sub-task the
+  // planner's window can hide is most of the request (paper Figure 4: overlap share 0.43 on
+  // Sub-Agent, the window 0.36-0.77x the downstream execution).
+  if (const dsl::Stage* summarize = g.stage("summarize"))
+    for (const auto& rec : w.corpus) {
+      const std::string key = rec["key"];  // kb:<agent>:<entity>
+      const auto colon = key.find(':', 3);
+      const dsl::Bindings vars = {{"subagent", key.substr(3, colon - 3)},
+                                  {"entity", key.substr(colon + 1)},
+                                  {"findings", rec["text"]}};
+      if (const auto body = dsl::render_stage(*summarize, vars))
+        w.script.add_exact(body->body, reasoning(rng, 200, "Summary:"));
+    }
+  fill_runs(w, o, rng, [&](std::mt19937_64& gen, const std::string& marker) {
     Run r;
-    r.workflow_id = "subagent-" + std::to_string(o.seed) + "-" + std::to_string(i);
-    // A small entity pool: sub-tasks recur across runs.
-    r.entity = entity_name(rng() % kEntities);
-    r.input = "Research [[" + r.entity + "]] for me [q " + std::to_string(o.seed) + "." +
-              std::to_string(i) + "]";
-    const std::string pick = skewed(rng, agents, 0.4 + 0.5 * o.predictability);
+    // A bounded entity pool: sub-tasks recur across runs.
+    r.entity = entity_name(gen() % kEntities);
+    r.input = "Research [[" + r.entity + "]] for me [q " + marker + "]";
+    const std::string pick = skewed(gen, agents, 0.4 + 0.5 * o.predictability);
     r.picks.push_back(pick);
-    w.script.add_exact(subagent_plan_request(r), json{{"subagent", pick}}.dump());
-    w.runs.push_back(std::move(r));
-  }
+    // The planner reasons before it names the sub-agent, so the window is a real decode
+    // (paper Figure 4: about half the downstream execution at p50).
+    w.script.add_exact(subagent_plan_request(r),
+                       json{{"reasoning", reasoning(gen, 190)}, {"subagent", pick}}.dump());
+    return r;
+  });
   return w;
 }
 
@@ -141,21 +210,22 @@ Workload hci(const dsl::TemplateGraph& g, const WorkloadOptions& o) {
   w.workflow = "hci";
   std::mt19937_64 rng(o.seed);
   std::uniform_real_distribution<double> u(0, 1);
-  for (std::size_t i = 0; i < o.runs; ++i) {
+  // Think times: lognormal around the median (paper Figure 4, HCI: about 2.7 s).
+  std::lognormal_distribution<double> think(std::log(o.think_median_s), 0.5);
+  fill_runs(w, o, rng, [&](std::mt19937_64& gen, const std::string& marker) {
     Run r;
-    r.workflow_id = "hci-" + std::to_string(o.seed) + "-" + std::to_string(i);
-    r.input = "I need to plan a trip [d " + std::to_string(o.seed) + "." + std::to_string(i) + "]";
-    const std::vector<std::string> actions = {"book a flight " + std::to_string(i),
-                                              "find a hotel " + std::to_string(i),
-                                              "rent a car " + std::to_string(i)};
+    r.input = "I need to plan a trip [d " + marker + "]";
+    const std::vector<std::string> actions = {"book a flight " + marker, "find a hotel " + marker,
+                                              "rent a car " + marker};
     if (const auto offer = dsl::render_stage(*g.stage("offer"), {{"dialog", r.input}}))
       w.script.add_exact(offer->body, json{{"actions", actions}}.dump());
     // The top offer in about 29 of 30 turns (paper section 2.2).
-    r.picks.push_back(u(rng) < (1.0 - 1.0 / 30) * o.predictability + (1 - o.predictability) / 3
+    r.picks.push_back(u(gen) < (1.0 - 1.0 / 30) * o.predictability + (1 - o.predictability) / 3
                           ? actions[0]
-                          : actions[1 + rng() % 2]);
-    w.runs.push_back(std::move(r));
-  }
+                          : actions[1 + gen() % 2]);
+    r.think_s = think(gen);
+    return r;
+  });
   return w;
 }
 
@@ -181,7 +251,7 @@ Workload make_workload(const dsl::TemplateGraph& g, const WorkloadOptions& optio
   const std::string& w = g.workflow;
   if (w == "routing" && g.stage("router")) return routing(g, options);
   if (w == "react") return react(options);
-  if (w == "subagent") return subagent(options);
+  if (w == "subagent") return subagent(g, options);
   if (w == "hci" && g.stage("offer")) return hci(g, options);
   return {};
 }

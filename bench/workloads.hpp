@@ -29,6 +29,8 @@ struct Run {
   std::string input;               // the query, question or dialog (with a unique marker)
   std::string entity;              // Sub-Agent: the entity the question is about
   std::vector<std::string> picks;  // per repetition: the selection of its decision
+  double think_s = 0;              // HCI: the user's think time before the pick (simulated s)
+  int popular = -1;                // an exact repeat of Workload::popular[popular], or -1
 };
 
 struct Workload {
@@ -38,12 +40,22 @@ struct Workload {
   nlohmann::json corpus = nlohmann::json::array();  // [{"key", "text"}]
   // tool name -> record key template (all tools are corpus lookups)
   std::vector<std::pair<std::string, std::string>> tools;
+  // Popular requests that recur exactly (WorkloadOptions::repeat_rate), most popular first:
+  // a repeating run copies one's content under its own workflow id.
+  std::vector<Run> popular;
 };
 
 struct WorkloadOptions {
   std::uint64_t seed = 1;
   std::size_t runs = 8;
   double predictability = 1.0;  // 1: the paper's rates; 0: selections ignore the predictors
+  // The share of runs that exactly repeat a popular request (Figure 10a's "exact replay"),
+  // drawn with Zipf weights over a pool of max(2, runs / 8) popular requests.
+  double repeat_rate = 0;
+  // Sub-Agent: the entity pool. 0 keeps the small fixed pool (12) the tests use; `dynrt bench`
+  // sizes it so that about 26% of fresh runs' sub-tasks recur across runs (paper section 2.2).
+  std::size_t subagent_entities = 0;
+  double think_median_s = 2.7;  // HCI: median of the lognormal think time (paper Figure 4)
 };
 
 // For the template `graph` of "routing", "react", "subagent" or "hci" (the deciders' scripted

@@ -1,14 +1,144 @@
 #include "bench/admission_replay.hpp"
+#include "bench/openloop.hpp"
 #include "cli/commands.hpp"
 
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 namespace dynrt::cli {
+
+namespace {
+
+struct OpenLoopCli {
+  bench::BenchOptions options;
+  std::string out_dir = "bench-results";
+  bool no_plots = false;
+  bool no_sweeps = false;
+  bool quiet = false;
+  std::string plot_script = DYNRT_PLOT_SCRIPT;
+};
+
+std::string quote(const std::string& s) {
+  std::string out = "'";
+  for (const char c : s) {
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out += c;
+  }
+  return out + "'";
+}
+
+int run_open_loop(const std::string& which, OpenLoopCli& cli) {
+  namespace fs = std::filesystem;
+  auto& o = cli.options;
+  o.workloads = which == "all" ? bench::bench_workloads() : std::vector<std::string>{which};
+  o.sweeps = which == "all" && !cli.no_sweeps;
+  o.out_dir = cli.out_dir;
+  o.progress = cli.quiet ? nullptr : &std::cerr;
+  for (const auto& a : o.arms)
+    if (std::find(bench::bench_arms().begin(), bench::bench_arms().end(), a) ==
+        bench::bench_arms().end()) {
+      std::cerr << "dynrt bench: unknown arm \"" << a << "\"; arms are";
+      for (const auto& k : bench::bench_arms())
+        std::cerr << ' ' << k;
+      std::cerr << "\n";
+      return kExitUsage;
+    }
+  std::error_code ec;
+  fs::create_directories(o.out_dir, ec);
+  if (ec) {
+    std::cerr << "dynrt bench: cannot create " << o.out_dir << ": " << ec.message() << "\n";
+    return kExitUsage;
+  }
+  const bench::BenchResult result = bench::run_bench(o);
+  if (!result.error.empty()) {
+    std::cerr << "dynrt bench: " << result.error << "\n";
+    return kExitUsage;
+  }
+  const std::string md = bench::format_bench(o, result);
+  std::cout << md;
+  const fs::path dir = o.out_dir;
+  std::ofstream(dir / "results.md") << md;
+  std::ofstream(dir / "results.json") << result.to_json(o).dump(2) << "\n";
+  std::cerr << "dynrt bench: wrote " << (dir / "results.md").string() << ", "
+            << (dir / "results.json").string() << " and traces/\n";
+  if (!cli.no_plots) {
+    if (!fs::exists(cli.plot_script)) {
+      std::cerr << "dynrt bench: no plots: " << cli.plot_script << " not found (--plot-script)\n";
+    } else {
+      const std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+      const std::string cmd = python + " " + quote(cli.plot_script) + " " +
+                              quote((dir / "results.json").string()) + " " +
+                              quote((dir / "plots").string()) + " 1>&2";
+      if (std::system(cmd.c_str()) != 0)
+        std::cerr << "dynrt bench: plotting failed; the tables and JSON are written\n";
+    }
+  }
+  std::size_t failures = 0;
+  for (const auto& c : result.cells)
+    failures += c.failures;
+  return failures == 0 ? kExitOk : kExitFindings;
+}
+
+void add_open_loop(CLI::App& bench, const std::string& which, const std::string& about,
+                   std::function<int()>& run) {
+  auto cli = std::make_shared<OpenLoopCli>();
+  CLI::App* cmd = bench.add_subcommand(which, about);
+  cmd->footer(
+      "Replays a seeded trace with open-loop Poisson arrivals on the embedded simulated engine,\n"
+      "once per arm and rate, and writes OUT/results.md (a table per workload and the target\n"
+      "checks), OUT/results.json (one record per workload, rate and arm), OUT/traces/*.jsonl\n"
+      "(the generated runs) and OUT/plots/*.png (python3-matplotlib). Latencies are simulated\n"
+      "seconds. Arms: floor c1-only c2-only full instcache helium+ spagent static always.\n"
+      "Exit status 1 if any request failed. See docs/benchmarks.md.");
+  cmd->add_option("--arms", cli->options.arms, "Arms to run (the floor always runs)")
+      ->delimiter(',');
+  cmd->add_option("--rate", cli->options.rates,
+                  "Arrival rates in requests per simulated second (default 0.12 and 0.8; HCI 0.3 "
+                  "and 0.8)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--requests", cli->options.requests, "Requests (workflow runs) per cell")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  cmd->add_option("--seed", cli->options.seed, "Seed of the trace and the controller")
+      ->capture_default_str();
+  cmd->add_option("--time-scale", cli->options.time_scale,
+                  "Real milliseconds per simulated second (1000 is real time)")
+      ->check(CLI::Range(1.0, 1000.0))
+      ->capture_default_str();
+  cmd->add_option("--repeat-rate", cli->options.repeat_rate,
+                  "Share of requests that exactly repeat a popular one")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--templates", cli->options.templates, "Template folder")->capture_default_str();
+  cmd->add_option("--out", cli->out_dir, "Output folder")->capture_default_str();
+  if (which == "all") cmd->add_flag("--no-sweeps", cli->no_sweeps, "Skip the sensitivity sweeps");
+  cmd->add_flag("--no-plots", cli->no_plots, "Do not draw the PNG plots");
+  cmd->add_option("--plot-script", cli->plot_script, "bench/plot.py to draw with")
+      ->capture_default_str();
+  cmd->add_flag("--quiet", cli->quiet, "No progress bar");
+  cmd->callback([cli, which, &run] { run = [cli, which] { return run_open_loop(which, *cli); }; });
+}
+
+}  // namespace
 
 void add_bench_commands(CLI::App& app, std::function<int()>& run) {
   CLI::App* bench = app.add_subcommand("bench", "Measure what dynrt buys, reproducibly");
   bench->require_subcommand(1);
+
+  add_open_loop(*bench, "all",
+                "All four workloads, every arm, both rates, and the sensitivity sweeps", run);
+  add_open_loop(*bench, "routing", "The Routing workload (router -> handler -> executor)", run);
+  add_open_loop(*bench, "react", "The ReAct workload (think -> retrieve -> read per hop)", run);
+  add_open_loop(*bench, "subagent", "The Sub-Agent workload (plan -> research -> summarize)", run);
+  add_open_loop(*bench, "hci", "The HCI workload (offer -> user pick -> act)", run);
 
   auto replay = std::make_shared<bench::AdmissionReplayOptions>();
   CLI::App* admission = bench->add_subcommand(

@@ -96,11 +96,11 @@ TEST_P(ValueEquivalence, StreamedAnswersCarryTheSameText) {
   std::vector<RunResult> floor, full;
   {
     Rig rig(w, {false, false, 0});
-    floor = drive_all(rig, 1, {true, nullptr, nullptr});
+    floor = drive_all(rig, 1, {true, nullptr, nullptr, nullptr, nullptr});
   }
   {
     Rig rig(w, {true, true, 1});
-    full = drive_all(rig, 1, {true, nullptr, nullptr});
+    full = drive_all(rig, 1, {true, nullptr, nullptr, nullptr, nullptr});
   }
   expect_same(floor, full, "streamed");
   // A served answer is replayed as chunks whose text is the body's text.

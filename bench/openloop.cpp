@@ -1,0 +1,902 @@
+#include "bench/openloop.hpp"
+
+#include "actors/runtime.hpp"
+#include "bench/driver.hpp"
+#include "dsl/lint.hpp"
+#include "engines/sim/engine.hpp"
+#include "engines/tools/corpus.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <iomanip>
+#include <iostream>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <set>
+#include <sstream>
+#include <thread>
+#include <tuple>
+#include <utility>
+
+namespace dynrt::bench {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+const std::vector<std::string>& bench_workloads() {
+  static const std::vector<std::string> w = {"routing", "react", "subagent", "hci"};
+  return w;
+}
+
+const std::vector<std::string>& bench_arms() {
+  static const std::vector<std::string> a = {"floor",   "c1-only", "c2-only", "full",  "instcache",
+                                             "helium+", "spagent", "static",  "always"};
+  return a;
+}
+
+std::vector<double> default_rates(const std::string& workload) {
+  if (workload == "hci") return {0.3, 0.8};
+  return {0.12, 0.8};
+}
+
+namespace {
+
+// -- arms ---------------------------------------------------------------------------------------
+
+enum class HarnessCache { none, whole_request, per_stage };
+
+struct Arm {
+  bool reuse = false;
+  bool fills = false;
+  int fanout = -1;
+  int fill_depth = 0;
+  bool private_fills = false;
+  admission::AdmissionPolicy policy = admission::AdmissionPolicy::priced;
+  HarnessCache cache = HarnessCache::none;
+};
+
+Arm arm_of(const std::string& name) {
+  Arm a;
+  if (name == "c1-only") a.reuse = true;
+  if (name == "c2-only") a.fills = true;
+  if (name == "full" || name == "static" || name == "always") a.reuse = a.fills = true;
+  if (name == "static") a.policy = admission::AdmissionPolicy::fixed_load;
+  if (name == "always") a.policy = admission::AdmissionPolicy::always;
+  if (name == "instcache") a.cache = HarnessCache::whole_request;
+  if (name == "helium+") a.cache = HarnessCache::per_stage;
+  if (name == "spagent") {
+    a.fills = a.private_fills = true;
+    a.fanout = 1;  // the next action only
+    a.fill_depth = 1;
+    a.policy = admission::AdmissionPolicy::threshold;
+  }
+  return a;
+}
+
+bool is_dynrt_arm(const std::string& arm) {
+  return arm == "c1-only" || arm == "c2-only" || arm == "full" || arm == "static" ||
+         arm == "always";
+}
+
+// -- statistics ---------------------------------------------------------------------------------
+
+double mean(const std::vector<double>& v) {
+  return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
+
+// Nearest rank.
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const auto rank = static_cast<std::size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
+  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+double seconds(Duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+// -- traces -------------------------------------------------------------------------------------
+
+// Poisson arrivals at `rate` per simulated second, the same for every arm.
+std::vector<double> arrivals(std::uint64_t seed, double rate, std::size_t n) {
+  std::mt19937_64 rng(seed * 1'000'003 + static_cast<std::uint64_t>(rate * 1000));
+  std::exponential_distribution<double> gap(rate);
+  std::vector<double> out;
+  double t = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    out.push_back(t);
+    t += gap(rng);
+  }
+  return out;
+}
+
+// Sub-Agent: the entity pool for which about 26% of `fresh_runs` fresh runs' sub-tasks
+// (sub-agent, entity) already occurred in an earlier one (paper section 2.2), given the
+// sub-agent skew.
+std::size_t subagent_pool(double fresh_runs) {
+  const auto runs = static_cast<std::size_t>(std::max(1.0, std::round(fresh_runs)));
+  const double p0 = 0.9;  // the workload's top sub-agent share at full predictability
+  const double q = p0 * p0 + (1 - p0) * (1 - p0) / 3;  // two runs pick the same sub-agent
+  std::size_t best = 1;
+  double best_gap = 1e9;
+  for (std::size_t e = 1; e <= 4096; ++e) {
+    double sum = 0;
+    for (std::size_t i = 0; i < runs; ++i)
+      sum += 1 - std::pow(1 - q / static_cast<double>(e), static_cast<double>(i));
+    const double gap = std::abs(sum / static_cast<double>(runs) - 0.26);
+    if (gap < best_gap) {
+      best_gap = gap;
+      best = e;
+    }
+  }
+  return best;
+}
+
+std::vector<std::string> linked_entities(const Workload& w, const std::string& entity) {
+  std::vector<std::string> out;
+  for (const auto& rec : w.corpus)
+    if (rec["key"] == "corpus:" + entity) {
+      const std::string text = rec["text"];
+      std::size_t pos = 0;
+      while ((pos = text.find("[[", pos)) != std::string::npos) {
+        const auto end = text.find("]]", pos);
+        if (end == std::string::npos) break;
+        out.push_back(text.substr(pos + 2, end - pos - 2));
+        pos = end + 2;
+      }
+    }
+  return out;
+}
+
+// What the generated trace actually has, next to the paper's figure for it.
+json trace_statistics(const Workload& w) {
+  json s = {{"runs", w.runs.size()}};
+  std::size_t repeats = 0;
+  for (const auto& r : w.runs)
+    repeats += r.popular >= 0 ? 1 : 0;
+  s["exact_repeat_share"] = w.runs.empty() ? 0.0 : static_cast<double>(repeats) / w.runs.size();
+  if (w.workflow == "routing" || w.workflow == "subagent") {
+    std::map<std::string, int> freq;
+    std::size_t picks = 0;
+    for (const auto& r : w.runs)
+      for (const auto& p : r.picks) {
+        ++freq[p];
+        ++picks;
+      }
+    int top = 0;
+    for (const auto& [k, v] : freq)
+      top = std::max(top, v);
+    s["top1_coverage"] = picks ? static_cast<double>(top) / picks : 0.0;
+    s["paper_top1_coverage"] = "0.59-0.94 (section 2.2)";
+    s["candidates_per_branch"] = w.workflow == "routing" ? 3 : 3;
+  }
+  if (w.workflow == "react") {
+    std::size_t hops = 0, linked = 0, retrievals = 0, recurring = 0;
+    for (const auto& r : w.runs) {
+      std::set<std::string> seen;
+      for (std::size_t h = 0; h < r.picks.size(); ++h) {
+        ++retrievals;
+        if (seen.count(r.picks[h])) ++recurring;
+        seen.insert(r.picks[h]);
+        if (h == 0) continue;
+        ++hops;
+        const auto links = linked_entities(w, r.picks[h - 1]);
+        if (std::find(links.begin(), links.end(), r.picks[h]) != links.end()) ++linked;
+      }
+    }
+    s["next_entity_in_top3"] = hops ? static_cast<double>(linked) / hops : 0.0;
+    s["paper_next_entity_in_top3"] = 0.61;
+    s["retrievals_recurring_in_run"] =
+        retrievals ? static_cast<double>(recurring) / retrievals : 0.0;
+    s["paper_retrievals_recurring_in_run"] = 0.12;
+  }
+  if (w.workflow == "subagent") {
+    std::set<std::string> seen;
+    std::size_t fresh = 0, recurring = 0;
+    for (const auto& r : w.runs) {
+      const std::string task = r.picks.empty() ? "" : r.picks[0] + ":" + r.entity;
+      if (r.popular < 0) {
+        ++fresh;
+        if (seen.count(task)) ++recurring;
+      }
+      seen.insert(task);
+    }
+    s["subtasks_recurring_across_runs"] = fresh ? static_cast<double>(recurring) / fresh : 0.0;
+    s["paper_subtasks_recurring_across_runs"] = 0.26;
+  }
+  if (w.workflow == "hci") {
+    std::size_t top = 0;
+    std::vector<double> think;
+    for (const auto& r : w.runs) {
+      if (!r.picks.empty() && r.picks[0].rfind("book a flight", 0) == 0) ++top;
+      think.push_back(r.think_s);
+    }
+    s["top_offer_picked"] = w.runs.empty() ? 0.0 : static_cast<double>(top) / w.runs.size();
+    s["paper_top_offer_picked"] = 29.0 / 30;
+    s["think_s_p50"] = percentile(think, 50);
+    s["paper_think_s_p50"] = 2.7;
+  }
+  return s;
+}
+
+void write_trace(const std::filesystem::path& dir, const Workload& w,
+                 const std::vector<std::pair<double, std::vector<double>>>& schedules) {
+  std::filesystem::create_directories(dir);
+  std::ofstream out(dir / (w.workflow + ".jsonl"));
+  for (std::size_t i = 0; i < w.runs.size(); ++i) {
+    const Run& r = w.runs[i];
+    json line = {{"workflow_id", r.workflow_id}, {"input", r.input}, {"picks", r.picks}};
+    if (!r.entity.empty()) line["entity"] = r.entity;
+    if (r.think_s > 0) line["think_s"] = r.think_s;
+    if (r.popular >= 0) line["repeats_popular"] = r.popular;
+    json at = json::object();
+    for (const auto& [rate, times] : schedules) {
+      std::ostringstream key;
+      key << rate;
+      at[key.str()] = times[i];
+    }
+    line["arrival_s"] = at;
+    out << line.dump() << '\n';
+  }
+}
+
+// -- one cell -------------------------------------------------------------------------------------
+
+struct Trace {
+  const dsl::TemplateGraph* graph = nullptr;
+  const Workload* workload = nullptr;
+  std::vector<double> arrival_s;
+  double rate = 0;
+};
+
+using Bodies = std::vector<std::vector<std::string>>;  // per run: every step's body
+
+std::string cache_key(const Step& s) {
+  return s.endpoint + '\n' + s.request.dump();
+}
+
+std::string whole_request_key(const Run& r) {
+  std::string k = r.input;
+  for (const auto& p : r.picks)
+    k += '\x1f' + p;
+  return k;
+}
+
+// Harness-side caches of the baselines.
+struct HarnessCaches {
+  std::mutex mutex;
+  // instcache: whole requests, by the run's content: every step's reply.
+  std::map<std::string, std::vector<Reply>> whole;
+  // helium+: per stage, by exact body; identical calls in flight wait for the first.
+  std::map<std::string, Reply> stage;
+  std::map<std::string, std::shared_ptr<std::promise<Reply>>> stage_owners;
+  std::map<std::string, std::shared_future<Reply>> stage_inflight;
+};
+
+class ProgressBar {
+ public:
+  ProgressBar(std::ostream* out, std::string label, std::size_t total)
+      : out_(out), label_(std::move(label)), total_(total) {}
+  void show(std::size_t done) {
+    if (!out_ || done == shown_) return;
+    shown_ = done;
+    const std::size_t width = 24;
+    const std::size_t filled = total_ ? done * width / total_ : width;
+    *out_ << '\r' << std::left << std::setw(34) << label_ << " [" << std::string(filled, '#')
+          << std::string(width - filled, '.') << "] " << done << '/' << total_ << std::flush;
+  }
+  void finish(const std::string& summary) {
+    if (!out_) return;
+    shown_ = SIZE_MAX;
+    show(total_);
+    *out_ << "  " << summary << '\n' << std::flush;
+  }
+
+ private:
+  std::ostream* out_;
+  std::string label_;
+  std::size_t total_;
+  std::size_t shown_ = SIZE_MAX;
+};
+
+struct CellContext {
+  const BenchOptions* options = nullptr;
+  const Trace* trace = nullptr;
+  std::string arm;
+  int fanout = -1;  // overrides the arm's
+  const Bodies* floor_bodies = nullptr;
+  Bodies* bodies_out = nullptr;
+  std::string label;
+};
+
+CellResult run_cell(const CellContext& cx) {
+  const BenchOptions& o = *cx.options;
+  const Trace& t = *cx.trace;
+  const Workload& w = *t.workload;
+  const dsl::TemplateGraph& g = *t.graph;
+  const Arm arm = arm_of(cx.arm);
+  const double ms_per_sim_s = o.time_scale;
+  auto to_sim_s = [&](Clock::duration d) {
+    return std::chrono::duration<double, std::milli>(d).count() / ms_per_sim_s;
+  };
+  auto real = [&](double sim_s) {
+    return std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double, std::milli>(sim_s * ms_per_sim_s));
+  };
+
+  CellResult res;
+  res.workload = w.workflow;
+  res.rate = t.rate;
+  res.arm = cx.arm;
+  res.requests = w.runs.size();
+
+  engines::sim::SimEngineOptions eo;
+  eo.time_scale = o.time_scale;
+  auto engine = std::make_shared<engines::sim::SimEngine>(engines::sim::SimParams{}, w.script, eo);
+  auto corpus = engines::Corpus::from_json(w.corpus);
+  if (!corpus.ok()) {
+    res.first_failure = "corpus: " + corpus.error().message;
+    res.failures = res.requests;
+    return res;
+  }
+  for (const auto& [name, key] : w.tools)
+    (*corpus)->add_tool(name, {engines::Corpus::Kind::lookup, key});
+  RuntimeConfig cfg;
+  cfg.engines.push_back({"sim", engine, {}});
+  cfg.tools = *corpus;
+  cfg.template_paths = {o.templates};
+  cfg.reuse = arm.reuse;
+  cfg.fills = arm.fills;
+  cfg.fanout = cx.fanout >= 0 ? cx.fanout : arm.fanout;
+  cfg.fill_depth = arm.fill_depth;
+  cfg.private_fills = arm.private_fills;
+  cfg.admission.policy = arm.policy;
+  cfg.admission.seed = o.seed;
+  // The load envelope's horizon in simulated time (the paper's 5 s).
+  cfg.admission.horizon = std::chrono::duration_cast<Duration>(real(5.0));
+  cfg.threads = 2;
+  auto created = Runtime::create(cfg);
+  if (!created.ok()) {
+    res.first_failure = created.error().message;
+    res.failures = res.requests;
+    return res;
+  }
+  std::unique_ptr<Runtime> rt = std::move(*created);
+
+  HarnessCaches caches;
+  std::atomic<std::size_t> harness_hits{0};
+  auto whole_hit = [&](const Run& run) -> std::optional<std::vector<Reply>> {
+    std::lock_guard lock(caches.mutex);
+    const auto it = caches.whole.find(whole_request_key(run));
+    if (it == caches.whole.end()) return std::nullopt;
+    return it->second;
+  };
+  auto remember_whole = [&](const Run& run, const RunResult& rr) {
+    if (!rr.ok()) return;
+    std::vector<Reply> replies;
+    for (const auto& s : rr.steps)
+      replies.push_back(s.reply);
+    std::lock_guard lock(caches.mutex);
+    caches.whole.emplace(whole_request_key(run), std::move(replies));
+  };
+
+  // One run as a harness drives it, with the arm's harness cache in front of the Runtime.
+  auto drive_one = [&](const Run& run, Clock::duration* user_turn) -> RunResult {
+    DriveOptions d;
+    std::optional<std::vector<Reply>> whole;
+    std::size_t step_index = 0;
+    std::vector<std::string> owned;  // helium+: calls this run executes for the waiters
+    if (arm.cache == HarnessCache::whole_request) whole = whole_hit(run);
+    d.on_user = [&](const Run& r, std::size_t) {
+      if (r.think_s > 0) std::this_thread::sleep_for(real(r.think_s));
+    };
+    d.intercept = [&](Step& s) -> bool {
+      const std::size_t j = step_index++;
+      if (whole && j < whole->size()) {
+        ++harness_hits;
+        s.reply = (*whole)[j];
+        s.reply.served = Served::cache;
+        return true;
+      }
+      if (arm.cache != HarnessCache::per_stage) return false;
+      const dsl::Stage* stage = g.stage(s.stage);
+      if (!stage || !stage->speculable || !stage->writes.empty()) return false;
+      const std::string key = cache_key(s);
+      std::shared_future<Reply> wait;
+      {
+        std::lock_guard lock(caches.mutex);
+        if (const auto it = caches.stage.find(key); it != caches.stage.end()) {
+          ++harness_hits;
+          s.reply = it->second;
+          s.reply.served = Served::cache;
+          return true;
+        }
+        if (const auto it = caches.stage_inflight.find(key); it != caches.stage_inflight.end()) {
+          wait = it->second;
+        } else {
+          auto p = std::make_shared<std::promise<Reply>>();
+          caches.stage_owners[key] = p;
+          caches.stage_inflight[key] = p->get_future().share();
+          owned.push_back(key);
+          return false;
+        }
+      }
+      s.reply = wait.get();
+      if (s.reply.ok() && s.reply.status == 200) {
+        ++harness_hits;
+        s.reply.served = Served::cache;
+      }
+      return true;
+    };
+    d.after_step = [&](const Step& s) {
+      if (user_turn && s.stage == "act") *user_turn = s.latency;
+      if (arm.cache != HarnessCache::per_stage) return;
+      const std::string key = cache_key(s);
+      std::lock_guard lock(caches.mutex);
+      if (const auto it = caches.stage_owners.find(key); it != caches.stage_owners.end()) {
+        caches.stage.emplace(key, s.reply);
+        it->second->set_value(s.reply);
+        caches.stage_owners.erase(it);
+        caches.stage_inflight.erase(key);
+      }
+    };
+    RunResult rr = drive(*rt, g, run, d);
+    // A call this run owned but that failed: its waiters get the failure, nothing is cached.
+    {
+      std::lock_guard lock(caches.mutex);
+      for (const auto& key : owned)
+        if (const auto it = caches.stage_owners.find(key); it != caches.stage_owners.end()) {
+          Reply failed;
+          failed.status = 502;
+          failed.error = rr.error.empty() ? "not executed" : rr.error;
+          it->second->set_value(failed);
+          caches.stage_owners.erase(it);
+          caches.stage_inflight.erase(key);
+        }
+    }
+    if (arm.cache == HarnessCache::whole_request && !whole) remember_whole(run, rr);
+    return rr;
+  };
+
+  // InstCache: before the trace, the predicted requests (the more popular half of the popular
+  // ones) are executed and cached; untimed.
+  if (arm.cache == HarnessCache::whole_request) {
+    const std::size_t predicted = (w.popular.size() + 1) / 2;
+    for (std::size_t k = 0; k < predicted; ++k) {
+      Run warm = w.popular[k];
+      warm.workflow_id = w.workflow + "-predicted-" + std::to_string(k);
+      warm.think_s = 0;
+      drive_one(warm, nullptr);
+    }
+  }
+  harness_hits = 0;
+
+  // Open loop: each run starts at its arrival time on a thread of its own.
+  const std::size_t n = w.runs.size();
+  std::vector<double> latency(n, -1);
+  std::vector<std::string> errors(n);
+  Bodies bodies(n);
+  std::atomic<std::size_t> done{0};
+  std::mutex done_mutex;
+  std::condition_variable done_cv;
+  ProgressBar bar(o.progress, cx.label, n);
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  const auto start = Clock::now() + std::chrono::milliseconds(5);
+  const auto wall_start = Clock::now();
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto at = start + real(t.arrival_s[i]);
+    while (Clock::now() < at) {
+      std::unique_lock lock(done_mutex);
+      done_cv.wait_until(lock, std::min(at, Clock::now() + std::chrono::milliseconds(250)));
+      bar.show(done.load());
+    }
+    threads.emplace_back([&, i, at] {
+      const Run& run = w.runs[i];
+      Clock::duration user_turn{};
+      const RunResult rr = drive_one(run, w.workflow == "hci" ? &user_turn : nullptr);
+      const auto total = Clock::now() - at;
+      if (rr.ok()) {
+        latency[i] = to_sim_s(w.workflow == "hci" ? user_turn : total);
+        for (const auto& s : rr.steps)
+          bodies[i].push_back(s.reply.body);
+      } else {
+        errors[i] = rr.error;
+      }
+      ++done;
+      done_cv.notify_all();
+    });
+  }
+  {
+    std::unique_lock lock(done_mutex);
+    while (done.load() < n) {
+      done_cv.wait_for(lock, std::chrono::milliseconds(250));
+      bar.show(done.load());
+    }
+  }
+  for (auto& th : threads)
+    th.join();
+  res.wall_s = std::chrono::duration<double>(Clock::now() - wall_start).count();
+
+  const RuntimeStats st = rt->stats();
+  rt->shutdown();
+  engine->drain();
+  const auto counters = engine->counters();
+
+  std::vector<double> ok;
+  std::size_t accurate = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (latency[i] >= 0) {
+      ok.push_back(latency[i]);
+      ++res.completed;
+      if (cx.floor_bodies && i < cx.floor_bodies->size() && (*cx.floor_bodies)[i] == bodies[i])
+        ++accurate;
+    } else {
+      ++res.failures;
+      if (res.first_failure.empty()) res.first_failure = errors[i];
+    }
+  }
+  res.mean_s = mean(ok);
+  res.p50_s = percentile(ok, 50);
+  res.p99_s = percentile(ok, 99);
+  res.accuracy = cx.floor_bodies ? static_cast<double>(accurate) / static_cast<double>(n) : 1.0;
+  const double per = n ? 1.0 / static_cast<double>(n) : 0;
+  res.fills_issued = static_cast<double>(st.fills_issued) * per;
+  res.fills_consumed = static_cast<double>(st.fills_consumed) * per;
+  res.fills_discarded = static_cast<double>(st.shadows_discarded + st.fills_cancelled) * per;
+  res.speculative_engine_s = seconds(counters.background_busy) * per;
+  res.wasted_engine_s = std::min(res.speculative_engine_s,
+                                 (st.engine_ms_wasted / 1000.0 + seconds(counters.wasted)) * per);
+  res.served_fill = static_cast<double>(st.served_fill) * per;
+  // Harness-cache hits during the trace (InstCache's warm-up is not counted: it ran before).
+  res.served_cache = static_cast<double>(st.served_cache + harness_hits.load()) * per;
+  if (std::getenv("DYNRT_BENCH_DEBUG"))
+    std::cerr << "\n  admission: opened " << st.admission.branches_opened << " closed "
+              << st.admission.branches_closed << " cold " << st.admission.cold_trials
+              << " admitted " << st.admission.fills_admitted << " refused "
+              << st.admission.fills_refused << " reservations_refused "
+              << st.admission.reservations_refused << " gated " << st.branches_gated << " waits "
+              << st.waits << "\n";
+  if (cx.bodies_out) *cx.bodies_out = std::move(bodies);
+  std::ostringstream summary;
+  summary << std::fixed << std::setprecision(2) << "mean " << res.mean_s << " s";
+  if (res.failures) summary << ", " << res.failures << " failed";
+  bar.finish(summary.str());
+  return res;
+}
+
+void set_ratio(CellResult& c, const CellResult& floor) {
+  c.ratio_to_floor = floor.mean_s > 0 ? c.mean_s / floor.mean_s : 0;
+}
+
+std::string rate_label(double r) {
+  std::ostringstream s;
+  s << r;
+  return s.str();
+}
+
+}  // namespace
+
+json CellResult::to_json() const {
+  return {{"workload", workload},
+          {"rate", rate},
+          {"arm", arm},
+          {"requests", requests},
+          {"completed", completed},
+          {"failures", failures},
+          {"mean_s", mean_s},
+          {"p50_s", p50_s},
+          {"p99_s", p99_s},
+          {"ratio_to_floor", ratio_to_floor},
+          {"accuracy", accuracy},
+          {"fills_issued_per_request", fills_issued},
+          {"fills_consumed_per_request", fills_consumed},
+          {"fills_discarded_per_request", fills_discarded},
+          {"speculative_engine_s_per_request", speculative_engine_s},
+          {"wasted_engine_s_per_request", wasted_engine_s},
+          {"served_fill_per_request", served_fill},
+          {"served_cache_per_request", served_cache},
+          {"wall_s", wall_s}};
+}
+
+namespace {
+
+// The floor, then full dynrt against it, on one trace (the sweeps' pairs).
+std::pair<CellResult, CellResult> floor_and_full(const BenchOptions& o, const Trace& t,
+                                                 const std::string& label) {
+  Bodies floor_bodies;
+  CellContext cx;
+  cx.options = &o;
+  cx.trace = &t;
+  cx.arm = "floor";
+  cx.bodies_out = &floor_bodies;
+  cx.label = label + " floor";
+  CellResult floor = run_cell(cx);
+  set_ratio(floor, floor);
+  cx.arm = "full";
+  cx.bodies_out = nullptr;
+  cx.floor_bodies = &floor_bodies;
+  cx.label = label + " full";
+  CellResult full = run_cell(cx);
+  set_ratio(full, floor);
+  return {floor, full};
+}
+
+}  // namespace
+
+BenchResult run_bench(const BenchOptions& o) {
+  BenchResult out;
+  const dsl::LintReport report = dsl::lint_paths({o.templates});
+  std::map<std::string, const dsl::TemplateGraph*> graphs;
+  for (const auto* g : report.graphs())
+    graphs[g->workflow] = g;
+  for (const auto& name : o.workloads)
+    if (!graphs.count(name)) {
+      out.error = "no template for workload \"" + name + "\" in " + o.templates;
+      return out;
+    }
+  std::vector<std::string> arms = {"floor"};
+  for (const auto& a : o.arms.empty() ? bench_arms() : o.arms)
+    if (a != "floor") arms.push_back(a);
+  const std::filesystem::path dir = o.out_dir;
+
+  auto workload_for = [&](const std::string& name, double predictability, double repeat_rate) {
+    WorkloadOptions wo;
+    wo.seed = o.seed;
+    wo.runs = o.requests;
+    wo.predictability = predictability;
+    wo.repeat_rate = repeat_rate;
+    // Fresh runs recur against earlier fresh runs and the popular requests' sub-tasks.
+    const double pool = repeat_rate > 0 ? std::max(2.0, std::floor(o.requests / 8.0)) : 0.0;
+    wo.subagent_entities =
+        subagent_pool(static_cast<double>(o.requests) * (1 - repeat_rate) + pool);
+    return make_workload(*graphs[name], wo);
+  };
+
+  for (const auto& name : o.workloads) {
+    const Workload w = workload_for(name, 1.0, o.repeat_rate);
+    out.traces[name] = trace_statistics(w);
+    const std::vector<double> rates = o.rates.empty() ? default_rates(name) : o.rates;
+    std::vector<std::pair<double, std::vector<double>>> schedules;
+    for (const double rate : rates)
+      schedules.emplace_back(rate, arrivals(o.seed, rate, w.runs.size()));
+    if (!o.out_dir.empty()) write_trace(dir / "traces", w, schedules);
+    for (const auto& [rate, times] : schedules) {
+      Trace t{graphs[name], &w, times, rate};
+      Bodies floor_bodies;
+      CellResult floor;
+      for (const auto& arm : arms) {
+        CellContext cx;
+        cx.options = &o;
+        cx.trace = &t;
+        cx.arm = arm;
+        cx.floor_bodies = arm == "floor" ? nullptr : &floor_bodies;
+        cx.bodies_out = arm == "floor" ? &floor_bodies : nullptr;
+        cx.label = name + " λ=" + rate_label(rate) + " " + arm;
+        CellResult c = run_cell(cx);
+        if (arm == "floor") floor = c;
+        set_ratio(c, floor);
+        out.cells.push_back(std::move(c));
+      }
+    }
+  }
+  if (!o.sweeps) return out;
+
+  // Figure 9a: fanout K on Routing at low load (full dynrt, the standard trace).
+  if (graphs.count("routing")) {
+    const Workload w = workload_for("routing", 1.0, o.repeat_rate);
+    const double rate = default_rates("routing").front();
+    Trace t{graphs["routing"], &w, arrivals(o.seed, rate, w.runs.size()), rate};
+    for (int k = 0; k <= 3; ++k) {
+      CellContext cx;
+      cx.options = &o;
+      cx.trace = &t;
+      cx.arm = "full";
+      cx.fanout = k;
+      cx.label = "fanout routing K=" + std::to_string(k);
+      out.fanout.push_back({"routing", rate, k, run_cell(cx)});
+    }
+    // Figure 10a: exact-repeat rate on Routing at low load, floor against full.
+    for (const double rr : {0.2, 0.4, 0.6, 0.8}) {
+      const Workload wr = workload_for("routing", 1.0, rr);
+      Trace tr{graphs["routing"], &wr, arrivals(o.seed, rate, wr.runs.size()), rate};
+      RepeatPoint p{"routing", rate, rr, {}, {}};
+      std::tie(p.floor, p.full) = floor_and_full(o, tr, "repeat " + rate_label(rr));
+      out.repeat.push_back(std::move(p));
+    }
+  }
+  // No harm: ReAct whose next entity ignores the passage (open vocabulary, unpredictable),
+  // with no repeats; full dynrt must stay within 3% of the floor.
+  if (graphs.count("react")) {
+    const Workload w = workload_for("react", 0.0, 0.0);
+    const double rate = default_rates("react").front();
+    Trace t{graphs["react"], &w, arrivals(o.seed, rate, w.runs.size()), rate};
+    auto [floor, full] = floor_and_full(o, t, "unpredictable react");
+    out.unpredictable = {floor, full};
+    out.traces["react-unpredictable"] = trace_statistics(w);
+  }
+  return out;
+}
+
+json BenchResult::to_json(const BenchOptions& o) const {
+  json j;
+  j["seed"] = o.seed;
+  j["time_scale"] = o.time_scale;
+  j["requests"] = o.requests;
+  j["repeat_rate"] = o.repeat_rate;
+  j["records"] = json::array();
+  for (const auto& c : cells)
+    j["records"].push_back(c.to_json());
+  j["traces"] = traces;
+  json sweeps = json::object();
+  if (!fanout.empty()) {
+    sweeps["fanout"] = json::array();
+    for (const auto& f : fanout) {
+      json r = f.cell.to_json();
+      r["k"] = f.k;
+      r["consumed_engine_s_per_request"] =
+          std::max(0.0, f.cell.speculative_engine_s - f.cell.wasted_engine_s);
+      r["discarded_share"] = f.cell.speculative_engine_s > 0
+                                 ? f.cell.wasted_engine_s / f.cell.speculative_engine_s
+                                 : 0.0;
+      sweeps["fanout"].push_back(r);
+    }
+  }
+  if (!repeat.empty()) {
+    sweeps["repeat"] = json::array();
+    for (const auto& p : repeat)
+      sweeps["repeat"].push_back(
+          {{"workload", p.workload},
+           {"rate", p.rate},
+           {"repeat_rate", p.repeat_rate},
+           {"floor_mean_s", p.floor.mean_s},
+           {"full_mean_s", p.full.mean_s},
+           {"speedup", p.full.mean_s > 0 ? p.floor.mean_s / p.full.mean_s : 0},
+           {"accuracy", p.full.accuracy}});
+  }
+  if (!unpredictable.empty()) {
+    sweeps["unpredictable"] = json::array();
+    for (const auto& c : unpredictable)
+      sweeps["unpredictable"].push_back(c.to_json());
+  }
+  j["sweeps"] = sweeps;
+  return j;
+}
+
+namespace {
+
+std::string fixed(double v, int digits = 2) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(digits) << v;
+  return s.str();
+}
+
+// Table 2 (4 GPUs, the smaller of the two figures where they differ): C2-only's reduction.
+double table2_reduction(const std::string& workload) {
+  if (workload == "routing") return 18.6;
+  if (workload == "react") return 8.5;
+  if (workload == "subagent") return 34.0;
+  if (workload == "hci") return 46.6;
+  return 0;
+}
+
+const CellResult* find(const BenchResult& r, const std::string& w, double rate,
+                       const std::string& arm) {
+  for (const auto& c : r.cells)
+    if (c.workload == w && c.rate == rate && c.arm == arm) return &c;
+  return nullptr;
+}
+
+}  // namespace
+
+std::string format_bench(const BenchOptions& o, const BenchResult& r) {
+  std::ostringstream md;
+  md << "# dynrt bench\n\nseed " << o.seed << ", " << o.requests
+     << " requests per cell, time scale " << o.time_scale
+     << " ms per simulated second, exact-repeat rate " << o.repeat_rate
+     << "; latencies in simulated seconds.\n";
+  std::vector<std::string> workloads;
+  for (const auto& c : r.cells)
+    if (std::find(workloads.begin(), workloads.end(), c.workload) == workloads.end())
+      workloads.push_back(c.workload);
+  for (const auto& w : workloads) {
+    md << "\n## " << w << (w == "hci" ? " (latency of the user turn after the think gap)" : "")
+       << "\n\n| rate | arm | mean s | p50 s | p99 s | × floor | accuracy | fills issued / "
+          "consumed / discarded per req | spec. engine-s / req (wasted) | served fill / cache "
+          "per req | failures |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+    for (const auto& c : r.cells) {
+      if (c.workload != w) continue;
+      md << "| " << c.rate << " | " << c.arm << " | " << fixed(c.mean_s) << " | " << fixed(c.p50_s)
+         << " | " << fixed(c.p99_s) << " | " << fixed(c.ratio_to_floor, 3) << " | "
+         << fixed(c.accuracy, 3) << " | " << fixed(c.fills_issued) << " / "
+         << fixed(c.fills_consumed) << " / " << fixed(c.fills_discarded) << " | "
+         << fixed(c.speculative_engine_s) << " (" << fixed(c.wasted_engine_s) << ") | "
+         << fixed(c.served_fill) << " / " << fixed(c.served_cache) << " | " << c.failures
+         << (c.first_failure.empty() ? "" : " (" + c.first_failure + ")") << " |\n";
+    }
+    if (const auto it = r.traces.find(w); it != r.traces.end())
+      md << "\nTrace: `" << it->second.dump() << "`\n";
+  }
+  if (!r.fanout.empty()) {
+    md << "\n## Fanout K (Figure 9a: Routing, full dynrt)\n\n| K | mean s | × K=0 | spec. "
+          "engine-s / req | wasted | discarded share |\n|---|---|---|---|---|---|\n";
+    const double base = r.fanout.front().cell.mean_s;
+    for (const auto& f : r.fanout)
+      md << "| " << f.k << " | " << fixed(f.cell.mean_s) << " | "
+         << fixed(base > 0 ? f.cell.mean_s / base : 0, 3) << " | "
+         << fixed(f.cell.speculative_engine_s) << " | " << fixed(f.cell.wasted_engine_s) << " | "
+         << fixed(f.cell.speculative_engine_s > 0
+                      ? f.cell.wasted_engine_s / f.cell.speculative_engine_s
+                      : 0,
+                  3)
+         << " |\n";
+  }
+  if (!r.repeat.empty()) {
+    md << "\n## Exact-repeat rate (Figure 10a: Routing)\n\n| repeat rate | floor mean s | full "
+          "mean s | speedup | accuracy |\n|---|---|---|---|---|\n";
+    for (const auto& p : r.repeat)
+      md << "| " << p.repeat_rate << " | " << fixed(p.floor.mean_s) << " | " << fixed(p.full.mean_s)
+         << " | " << fixed(p.full.mean_s > 0 ? p.floor.mean_s / p.full.mean_s : 0) << "× | "
+         << fixed(p.full.accuracy, 3) << " |\n";
+  }
+
+  // The targets, checked.
+  md << "\n## Targets\n\n| target | workload | measured | result |\n|---|---|---|---|\n";
+  auto line = [&](const std::string& target, const std::string& w, const std::string& measured,
+                  bool pass) {
+    md << "| " << target << " | " << w << " | " << measured << " | " << (pass ? "met" : "MISSED")
+       << " |\n";
+  };
+  for (const auto& w : workloads) {
+    std::vector<double> rates;
+    for (const auto& c : r.cells)
+      if (c.workload == w && std::find(rates.begin(), rates.end(), c.rate) == rates.end())
+        rates.push_back(c.rate);
+    if (rates.empty()) continue;
+    const double low = *std::min_element(rates.begin(), rates.end());
+    if (const auto* full = find(r, w, low, "full"))
+      line("full ≤ 0.54× floor at low load", w, fixed(full->ratio_to_floor, 3),
+           full->ratio_to_floor <= 0.54);
+    for (const double rate : rates) {
+      const auto* full = find(r, w, rate, "full");
+      if (!full) continue;
+      std::string best = "full";
+      double best_mean = full->mean_s;
+      for (const auto& c : r.cells)
+        if (c.workload == w && c.rate == rate && c.arm != "full" && c.mean_s < best_mean) {
+          best_mean = c.mean_s;
+          best = c.arm;
+        }
+      line("full lowest of all arms at λ=" + rate_label(rate), w,
+           best == "full"
+               ? "full " + fixed(full->mean_s) + " s"
+               : best + " " + fixed(best_mean) + " s < full " + fixed(full->mean_s) + " s",
+           best == "full");
+    }
+    double worst = 1;
+    for (const auto& c : r.cells)
+      if (c.workload == w && is_dynrt_arm(c.arm)) worst = std::min(worst, c.accuracy);
+    line("accuracy 1.0 (every dynrt arm)", w, fixed(worst, 3), worst == 1.0);
+    if (const auto* c2 = find(r, w, low, "c2-only")) {
+      const double reduction = 100 * (1 - c2->ratio_to_floor);
+      line("C2-only reduction ≥ Table 2 (" + fixed(table2_reduction(w), 1) + "%)", w,
+           fixed(reduction, 1) + "%", reduction >= table2_reduction(w));
+    }
+  }
+  if (r.unpredictable.size() == 2) {
+    const double excess = 100 * (r.unpredictable[1].ratio_to_floor - 1);
+    line("no harm: full within 3% of the floor, unpredictable trace", "react",
+         (excess >= 0 ? "+" : "") + fixed(excess, 1) + "%", excess <= 3.0);
+  }
+  return md.str();
+}
+
+}  // namespace dynrt::bench

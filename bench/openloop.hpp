@@ -1,0 +1,109 @@
+// `dynrt bench WORKLOAD|all`: the paper's evaluation (section 5) on the embedded simulated
+// engine. Each (workload, rate, arm) cell replays the same seeded trace with open-loop Poisson
+// arrivals against a fresh engine and a fresh dynrt::Runtime configured as the arm says; only
+// the policy differs between arms. A run is one workflow request driven as a harness would
+// (bench/driver.hpp); its latency is the wall time from its arrival to its last answer (HCI:
+// the user turn after the think gap), converted to simulated seconds.
+//
+// Arms: floor (no reuse, no fills), c1-only, c2-only, full, and the baselines
+//   instcache  an exact whole-request cache at the harness, keyed by the run's request, filled
+//              by completed runs and pre-populated before the trace from predicted requests
+//              (the more popular half of the workload's popular requests);
+//   helium+    exact per-stage result caching at the harness (every stage the template marks
+//              safe to run twice, keyed by its exact body) with identical in-flight calls
+//              coalesced, and no speculation;
+//   spagent    speculation whose results serve only the run that made them, one stage deep,
+//              admitted by a fixed confidence threshold (p >= 0.5), no cross-request reuse;
+//   static     full dynrt with fixed-load admission (opens only at low load, fixed threshold);
+//   always     full dynrt whose gates always open and admit every candidate the budgets allow.
+// Accuracy is the share of runs whose every response is byte-identical to the floor's.
+#pragma once
+
+#include "bench/workloads.hpp"
+#include "dsl/template_graph.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace dynrt::bench {
+
+const std::vector<std::string>& bench_workloads();  // routing react subagent hci
+const std::vector<std::string>& bench_arms();       // floor c1-only ... always
+// The default arrival rates (req/s): 0.12 and 0.8, HCI 0.3 and 0.8.
+std::vector<double> default_rates(const std::string& workload);
+
+struct BenchOptions {
+  std::vector<std::string> workloads;  // of bench_workloads()
+  std::vector<std::string> arms;       // of bench_arms(); the floor always runs (the reference)
+  std::vector<double> rates;           // empty: default_rates() per workload
+  std::size_t requests = 60;           // runs per cell
+  std::uint64_t seed = 1;
+  double time_scale = 20;    // real milliseconds per simulated second (1000: real time)
+  double repeat_rate = 0.5;  // share of runs that exactly repeat a popular request
+  bool sweeps = false;       // also the fanout, repeat-rate and unpredictable-trace runs
+  std::string templates = "templates";
+  std::string out_dir;               // empty: write nothing
+  std::ostream* progress = nullptr;  // a progress bar goes here when set
+};
+
+struct CellResult {
+  std::string workload;
+  double rate = 0;
+  std::string arm;
+  std::size_t requests = 0;
+  std::size_t completed = 0;
+  std::size_t failures = 0;
+  double mean_s = 0;
+  double p50_s = 0;
+  double p99_s = 0;
+  double ratio_to_floor = 0;
+  double accuracy = 0;
+  double fills_issued = 0;  // per request, as the next four
+  double fills_consumed = 0;
+  double fills_discarded = 0;       // shadows discarded (losers, expired, refused)
+  double speculative_engine_s = 0;  // engine time of fills (simulated seconds)
+  double wasted_engine_s = 0;       // ... of fills nobody consumed
+  double served_fill = 0;           // demands served by fills, per request
+  double served_cache = 0;          // ... from the library or a harness cache
+  double wall_s = 0;                // real seconds the cell took
+  std::string first_failure;
+  nlohmann::json to_json() const;
+};
+
+struct FanoutPoint {
+  std::string workload;
+  double rate = 0;
+  int k = 0;
+  CellResult cell;
+};
+
+struct RepeatPoint {
+  std::string workload;
+  double rate = 0;
+  double repeat_rate = 0;
+  CellResult floor;
+  CellResult full;
+};
+
+struct BenchResult {
+  std::vector<CellResult> cells;
+  std::vector<FanoutPoint> fanout;
+  std::vector<RepeatPoint> repeat;
+  std::vector<CellResult> unpredictable;         // the no-harm trace: floor and full
+  std::map<std::string, nlohmann::json> traces;  // per workload: the trace's statistics
+  std::string error;                             // set when nothing could run
+  nlohmann::json to_json(const BenchOptions& options) const;
+};
+
+BenchResult run_bench(const BenchOptions& options);
+
+// The Markdown report: one table per workload, then the sweeps and the target checks.
+std::string format_bench(const BenchOptions& options, const BenchResult& result);
+
+}  // namespace dynrt::bench

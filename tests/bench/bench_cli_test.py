@@ -1,0 +1,73 @@
+#!/usr/bin/python3
+"""`dynrt bench` as a user runs it, on a tiny trace: every arm completes every request, the
+dynrt arms answer byte-for-byte like the floor (accuracy 1.0), the JSON has the documented
+record fields, the trace file lists the runs, and bad options are refused with exit 2 and a
+clear message. No timing is asserted: the latencies depend on the machine."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+DYNRT = sys.argv[1]
+FIELDS = ["workload", "rate", "arm", "mean_s", "p50_s", "p99_s", "ratio_to_floor", "accuracy",
+          "fills_issued_per_request", "fills_consumed_per_request",
+          "fills_discarded_per_request", "speculative_engine_s_per_request", "failures"]
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def bench(*args):
+    return subprocess.run([DYNRT, "bench", *args], capture_output=True, text=True, timeout=600)
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    out = os.path.join(tmp, "out")
+    # A compressed clock (2 ms per simulated second) and three requests keep this short.
+    r = bench("subagent", "--requests", "3", "--rate", "2", "--time-scale", "2", "--quiet",
+              "--no-plots", "--out", out)
+    check(r.returncode == 0, "bench subagent exits 0 (stderr: %s)" % r.stderr[-400:])
+    with open(os.path.join(out, "results.json")) as f:
+        doc = json.load(f)
+    records = doc["records"]
+    arms = {rec["arm"] for rec in records}
+    check(arms == {"floor", "c1-only", "c2-only", "full", "instcache", "helium+", "spagent",
+                   "static", "always"}, "every arm has a record: %s" % sorted(arms))
+    for rec in records:
+        missing = [k for k in FIELDS if k not in rec]
+        check(not missing, "%s has every field (missing %s)" % (rec["arm"], missing))
+        check(rec["failures"] == 0 and rec["completed"] == 3, "%s completed 3/3" % rec["arm"])
+        check(rec["accuracy"] == 1.0, "%s answers like the floor (accuracy %s)" %
+              (rec["arm"], rec["accuracy"]))
+        check(rec["workload"] == "subagent" and rec["rate"] == 2, "%s names its cell" % rec["arm"])
+    floor = [rec for rec in records if rec["arm"] == "floor"][0]
+    check(floor["ratio_to_floor"] == 1.0, "the floor's ratio is 1")
+    check(floor["fills_issued_per_request"] == 0, "the floor issues no fills")
+    with open(os.path.join(out, "traces", "subagent.jsonl")) as f:
+        runs = [json.loads(line) for line in f]
+    check(len(runs) == 3 and all("picks" in x and "arrival_s" in x for x in runs),
+          "the trace lists the three runs with their picks and arrivals")
+    with open(os.path.join(out, "results.md")) as f:
+        md = f.read()
+    check("## subagent" in md and "## Targets" in md, "results.md has the table and targets")
+
+    # Bad options: exit 2, a specific message, nothing run.
+    r = bench("routing", "--arms", "floor,warp-drive", "--out", os.path.join(tmp, "bad"))
+    check(r.returncode == 2 and "unknown arm \"warp-drive\"" in r.stderr,
+          "an unknown arm is refused: %r" % r.stderr[-200:])
+    r = bench("routing", "--time-scale", "0")
+    check(r.returncode == 2, "time scale 0 is refused (open loop needs a clock)")
+    r = bench("routing", "--rate", "-1")
+    check(r.returncode == 2, "a negative rate is refused")
+    r = bench("nosuch")
+    check(r.returncode == 2, "an unknown workload is refused")
+
+if failures:
+    print("%d check(s) failed" % len(failures))
+    sys.exit(1)
+print("all checks passed")
