@@ -254,8 +254,12 @@ behavior branch_actor(Self self, BranchInitPtr init) {
       [=](fdone_atom, std::uint64_t fill, std::int32_t status, std::int64_t engine_ns) {
         auto& st = self->state;
         if (const auto res =
-                st.branch->finished(fill, static_cast<FillStatus>(status), Duration(engine_ns)))
+                st.branch->finished(fill, static_cast<FillStatus>(status), Duration(engine_ns))) {
+          // Its whole chain came from the library: no engine work, so no price to charge.
+          if (static_cast<FillStatus>(status) == FillStatus::done && engine_ns == 0)
+            self->send(st.init->services->pricing, refund_atom::value, res);
           self->send(st.init->services->pricing, release_atom::value, res);
+        }
         st.fills.erase(fill);
         maybe_settle(self);
       },

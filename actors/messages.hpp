@@ -42,6 +42,7 @@ using setup_atom = caf::atom_constant<caf::atom("setup")>;       // pricing: pre
 using learn_atom = caf::atom_constant<caf::atom("learn")>;       // pricing: a resolution
 using usable_atom = caf::atom_constant<caf::atom("usable")>;     // pricing: consumed / missed
 using credit_atom = caf::atom_constant<caf::atom("credit")>;     // pricing: a chain stage served
+using refund_atom = caf::atom_constant<caf::atom("refund")>;     // pricing: a fill ran nothing
 using release_atom = caf::atom_constant<caf::atom("release")>;   // pricing: a fill ended
 using settle_atom = caf::atom_constant<caf::atom("settle")>;     // pricing, workflow
 using cost_atom = caf::atom_constant<caf::atom("cost")>;         // pricing: an execution's cost

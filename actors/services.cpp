@@ -357,6 +357,7 @@ behavior pricing_actor(stateful_actor<PricingState>* self, PricingConfig config)
         self->state.observe();
       },
       [=](settle_atom, std::uint64_t branch) { self->state.controller->settle(branch); },
+      [=](refund_atom, std::uint64_t reservation) { self->state.controller->refund(reservation); },
       [=](credit_atom, std::uint64_t branch, double saved_ms) {
         self->state.controller->credit(branch, saved_ms);
       },

@@ -362,6 +362,9 @@ CellResult run_cell(const CellContext& cx) {
   cfg.admission.seed = o.seed;
   // The load envelope's horizon in simulated time (the paper's 5 s).
   cfg.admission.horizon = std::chrono::duration_cast<Duration>(real(5.0));
+  // A resolved branch stops waiting for its demand after 30 simulated seconds (the default's
+  // 30 s, in the bench's compressed time).
+  cfg.settle_after = std::chrono::duration_cast<std::chrono::milliseconds>(real(30.0));
   cfg.threads = 2;
   auto created = Runtime::create(cfg);
   if (!created.ok()) {

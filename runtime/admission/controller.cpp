@@ -188,6 +188,7 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
     out.admitted.push_back(
         FillChoice{s.index, made[s.index], priced[s.index].p, s.utility, s.cost_ms, s.audit});
     b->reservations.push_back(made[s.index]);
+    reservations_.at(made[s.index]).cost_ms = s.cost_ms;
     b->y -= s.cost_ms;  // Eq. 4: the fills this branch enabled
     ++b->admitted;
     stats_.fill_audits += s.audit ? 1 : 0;
@@ -255,6 +256,20 @@ void Controller::missed(BranchId branch, std::size_t /*rank*/, double wait_ms) {
     revise(branch, -wait_ms);
   } else {
     b->y -= wait_ms;  // Eq. 4: an expired wait
+  }
+}
+
+void Controller::refund(ReservationId reservation) {
+  const auto it = reservations_.find(reservation);
+  if (it == reservations_.end() || it->second.cost_ms == 0) return;
+  const double cost = it->second.cost_ms;
+  it->second.cost_ms = 0;
+  if (Branch* b = find(it->second.branch)) {
+    if (b->settled) {
+      revise(it->second.branch, cost);
+    } else {
+      b->y += cost;
+    }
   }
 }
 

@@ -150,6 +150,10 @@ class Controller {
   // branch's return grows (revised if it has settled); usability is not touched (that counts
   // the fill once, at its first stage).
   void credit(BranchId branch, double saved_ms);
+  // The admitted fill ran no engine work (the library already held its whole chain): the
+  // price charged at admission is given back, since G after a C1 lookup was zero and nothing
+  // was imposed on canonical requests. Call before release(); once per reservation.
+  void refund(ReservationId reservation);
   void release(ReservationId reservation);
   void settle(BranchId branch);
   // Delayed feedback after settle(): the branch's return changes by delta_ms.
@@ -185,6 +189,7 @@ class Controller {
   struct Reservation {
     BranchId branch;
     double kv_share;
+    double cost_ms = 0;  // the price charged to the branch's return at admission
   };
 
   double uniform();

@@ -294,6 +294,23 @@ TEST_F(ControllerTest, ChainCreditRaisesTheReturnWithoutTouchingUsability) {
   ctl.credit(99, 100);  // an unknown branch is ignored
 }
 
+TEST_F(ControllerTest, RefundGivesBackTheAdmissionPriceOnce) {
+  Controller ctl(clock_, config());
+  ctl.observe_load(0.3, 0);
+  ASSERT_TRUE(ctl.open_branch(1, kClass).open);
+  const std::vector<Candidate> cands = {{0, 3000, Footprint{1500, 0.01}}};
+  const FillDecision d = ctl.admit(1, cands, 1);
+  ASSERT_EQ(d.admitted.size(), 1u);
+  ASSERT_GT(d.admitted[0].cost_ms, 0);
+  EXPECT_NEAR(*ctl.branch_return(1), -d.admitted[0].cost_ms, 1e-9);
+  ctl.refund(d.admitted[0].reservation);
+  ctl.refund(d.admitted[0].reservation);  // once only
+  EXPECT_NEAR(*ctl.branch_return(1), 0, 1e-9);
+  ctl.release(d.admitted[0].reservation);
+  ctl.refund(d.admitted[0].reservation);  // after release: nothing
+  EXPECT_NEAR(*ctl.branch_return(1), 0, 1e-9);
+}
+
 TEST(AdmissionPolicy, NamesRoundTrip) {
   for (const auto p : {AdmissionPolicy::priced, AdmissionPolicy::threshold, AdmissionPolicy::always,
                        AdmissionPolicy::fixed_load})
