@@ -10,7 +10,6 @@
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -176,7 +175,7 @@ json trace_statistics(const Workload& w) {
       top = std::max(top, v);
     s["top1_coverage"] = picks ? static_cast<double>(top) / picks : 0.0;
     s["paper_top1_coverage"] = "0.59-0.94 (section 2.2)";
-    s["candidates_per_branch"] = w.workflow == "routing" ? 3 : 3;
+    s["candidates_per_branch"] = 3;  // both templates' decisions propose at most 3
   }
   if (w.workflow == "react") {
     std::size_t hops = 0, linked = 0, retrievals = 0, recurring = 0;
@@ -277,8 +276,19 @@ struct HarnessCaches {
   std::map<std::string, std::vector<Reply>> whole;
   // helium+: per stage, by exact body; identical calls in flight wait for the first.
   std::map<std::string, Reply> stage;
-  std::map<std::string, std::shared_ptr<std::promise<Reply>>> stage_owners;
-  std::map<std::string, std::shared_future<Reply>> stage_inflight;
+  struct InFlight {
+    std::promise<Reply> done;  // set by the run executing the call
+    std::shared_future<Reply> answer = done.get_future().share();
+  };
+  std::map<std::string, InFlight> stage_inflight;
+  // The executing run's call ended: waiters get `reply`, and an answer is cached. Locked.
+  void finish_stage(const std::string& key, const Reply& reply) {
+    const auto it = stage_inflight.find(key);
+    if (it == stage_inflight.end()) return;
+    if (reply.ok() && reply.status == 200) stage.emplace(key, reply);
+    it->second.done.set_value(reply);
+    stage_inflight.erase(it);
+  }
 };
 
 class ProgressBar {
@@ -422,15 +432,12 @@ CellResult run_cell(const CellContext& cx) {
           s.reply.served = Served::cache;
           return true;
         }
-        if (const auto it = caches.stage_inflight.find(key); it != caches.stage_inflight.end()) {
-          wait = it->second;
-        } else {
-          auto p = std::make_shared<std::promise<Reply>>();
-          caches.stage_owners[key] = p;
-          caches.stage_inflight[key] = p->get_future().share();
+        const auto [it, first] = caches.stage_inflight.try_emplace(key);
+        if (first) {
           owned.push_back(key);
           return false;
         }
+        wait = it->second.answer;
       }
       s.reply = wait.get();
       if (s.reply.ok() && s.reply.status == 200) {
@@ -443,27 +450,19 @@ CellResult run_cell(const CellContext& cx) {
       if (user_turn && s.stage == "act") *user_turn = s.latency;
       if (arm.cache != HarnessCache::per_stage) return;
       const std::string key = cache_key(s);
+      if (std::find(owned.begin(), owned.end(), key) == owned.end()) return;
       std::lock_guard lock(caches.mutex);
-      if (const auto it = caches.stage_owners.find(key); it != caches.stage_owners.end()) {
-        caches.stage.emplace(key, s.reply);
-        it->second->set_value(s.reply);
-        caches.stage_owners.erase(it);
-        caches.stage_inflight.erase(key);
-      }
+      caches.finish_stage(key, s.reply);
     };
     RunResult rr = drive(*rt, g, run, d);
     // A call this run owned but that failed: its waiters get the failure, nothing is cached.
     {
+      Reply failed;
+      failed.status = 502;
+      failed.error = rr.error.empty() ? "not executed" : rr.error;
       std::lock_guard lock(caches.mutex);
       for (const auto& key : owned)
-        if (const auto it = caches.stage_owners.find(key); it != caches.stage_owners.end()) {
-          Reply failed;
-          failed.status = 502;
-          failed.error = rr.error.empty() ? "not executed" : rr.error;
-          it->second->set_value(failed);
-          caches.stage_owners.erase(it);
-          caches.stage_inflight.erase(key);
-        }
+        caches.finish_stage(key, failed);
     }
     if (arm.cache == HarnessCache::whole_request && !whole) remember_whole(run, rr);
     return rr;
@@ -561,13 +560,6 @@ CellResult run_cell(const CellContext& cx) {
   res.served_fill = static_cast<double>(st.served_fill) * per;
   // Harness-cache hits during the trace (InstCache's warm-up is not counted: it ran before).
   res.served_cache = static_cast<double>(st.served_cache + harness_hits.load()) * per;
-  if (std::getenv("DYNRT_BENCH_DEBUG"))
-    std::cerr << "\n  admission: opened " << st.admission.branches_opened << " closed "
-              << st.admission.branches_closed << " cold " << st.admission.cold_trials
-              << " admitted " << st.admission.fills_admitted << " refused "
-              << st.admission.fills_refused << " reservations_refused "
-              << st.admission.reservations_refused << " gated " << st.branches_gated << " waits "
-              << st.waits << "\n";
   if (cx.bodies_out) *cx.bodies_out = std::move(bodies);
   std::ostringstream summary;
   summary << std::fixed << std::setprecision(2) << "mean " << res.mean_s << " s";

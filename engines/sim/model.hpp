@@ -66,9 +66,9 @@ struct SimCounters {
   std::uint64_t prompt_tokens = 0;
   std::uint64_t generated_tokens = 0;
   std::uint64_t steps = 0;
-  Duration busy{0};    // slot time of admitted requests
+  Duration busy{0};             // slot time of admitted requests
   Duration background_busy{0};  // ... of those with a priority above 0 (dynrt's fills)
-  Duration wasted{0};  // slot time of requests cancelled after admission
+  Duration wasted{0};           // slot time of requests cancelled after admission
 };
 
 class SimModel {
