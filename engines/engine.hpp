@@ -95,6 +95,7 @@ struct LoadSnapshot {
   int queued = 0;
   TimePoint at{};
   bool valid = false;
+  bool fills_blocked = false;  // a circuit breaker refuses fills to this engine now
 
   double slot_occupancy() const {
     return slots_total > 0 ? static_cast<double>(slots_busy) / slots_total : 0;

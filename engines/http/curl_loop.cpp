@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -41,7 +42,7 @@ struct CurlLoop::Impl {
     Impl* loop = nullptr;
   };
   struct Command {
-    enum class Type { start, cancel, periodic } type;
+    enum class Type { start, cancel, periodic, timer } type;
     CallId id = 0;
     HttpCall call;
     std::shared_ptr<HttpHandler> handler;
@@ -61,6 +62,7 @@ struct CurlLoop::Impl {
   std::atomic<CallId> next_id{1};
   std::unordered_map<CallId, std::unique_ptr<Transfer>> transfers;  // loop thread only
   std::vector<Periodic> periodic;                                   // loop thread only
+  std::multimap<Clock::time_point, std::function<void()>> timers;   // loop thread only
   std::thread thread;
 
   void wake() { curl_multi_wakeup(multi); }
@@ -73,6 +75,13 @@ struct CurlLoop::Impl {
     const std::string_view line(data, len);
     if (line.starts_with("HTTP/")) {  // a new status line (after a 100 Continue, say)
       t->headers_done = false;
+    } else if (const auto colon = line.find(':'); colon != std::string_view::npos) {
+      std::string_view value = line.substr(colon + 1);
+      const auto first = value.find_first_not_of(" \t");
+      const auto last = value.find_last_not_of(" \t\r\n");
+      value = first == std::string_view::npos ? std::string_view{}
+                                              : value.substr(first, last - first + 1);
+      t->handler->on_header(line.substr(0, colon), value);
     } else if (line == "\r\n" || line == "\n") {
       long code = 0;
       curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &code);
@@ -229,6 +238,18 @@ struct CurlLoop::Impl {
       }
       nearest = std::min(nearest, std::chrono::duration_cast<Duration>(p.next - now));
     }
+    // Due timers leave the map before they run: a task may schedule others (by command).
+    std::vector<std::function<void()>> due;
+    while (!timers.empty() && timers.begin()->first <= now) {
+      due.push_back(std::move(timers.begin()->second));
+      timers.erase(timers.begin());
+    }
+    for (auto& task : due)
+      task();
+    if (!timers.empty()) {
+      nearest =
+          std::min(nearest, std::chrono::duration_cast<Duration>(timers.begin()->first - now));
+    }
     return nearest;
   }
 
@@ -250,6 +271,9 @@ struct CurlLoop::Impl {
             break;
           case Command::Type::periodic:
             periodic.push_back(Periodic{c.period, Clock::now() + c.period, std::move(c.task)});
+            break;
+          case Command::Type::timer:
+            timers.emplace(Clock::now() + c.period, std::move(c.task));
             break;
         }
       }
@@ -333,6 +357,18 @@ void CurlLoop::every(Duration period, std::function<void()> task) {
     Impl::Command c;
     c.type = Impl::Command::Type::periodic;
     c.period = period;
+    c.task = std::move(task);
+    impl_->commands.push_back(std::move(c));
+  }
+  impl_->wake();
+}
+
+void CurlLoop::after(Duration delay, std::function<void()> task) {
+  {
+    std::lock_guard lock(impl_->mutex);
+    Impl::Command c;
+    c.type = Impl::Command::Type::timer;
+    c.period = std::max(delay, Duration::zero());
     c.task = std::move(task);
     impl_->commands.push_back(std::move(c));
   }

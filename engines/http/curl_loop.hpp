@@ -7,7 +7,9 @@
 // loop itself: connect, first byte (of the response headers), idle (between received bytes)
 // and total; a zero deadline is none. The handler's callbacks run on the loop thread, one
 // transfer's in order, and exactly one on_done() ends every started transfer: on success, on a
-// transport error, on a deadline, on cancel(), or when the loop stops.
+// transport error, on a deadline, on cancel(), or when the loop stops. after() runs a task once
+// on the loop thread after a delay (a retry's backoff); tasks still waiting when the loop stops
+// are dropped, so an owner that schedules them must settle their work itself after stop().
 #pragma once
 
 #include "runtime/clock.hpp"
@@ -58,6 +60,8 @@ class HttpHandler {
   virtual ~HttpHandler() = default;
   // The response headers are complete.
   virtual void on_status(int /*status*/) {}
+  // One response header line, split at its colon, value trimmed (Retry-After, say).
+  virtual void on_header(std::string_view /*name*/, std::string_view /*value*/) {}
   // A piece of the response body; false aborts the transfer (outcome: aborted).
   virtual bool on_data(std::string_view bytes) = 0;
   virtual void on_done(const HttpOutcome& outcome) = 0;
@@ -77,6 +81,8 @@ class CurlLoop {
   void cancel(CallId id);
   // Runs `task` on the loop thread every `period`, first after one period.
   void every(Duration period, std::function<void()> task);
+  // Runs `task` once on the loop thread after `delay` (zero: on the loop's next turn).
+  void after(Duration delay, std::function<void()> task);
   // Stops the thread (unfinished transfers end with on_done(cancelled)); idempotent. Owners
   // whose periodic tasks use the loop call it before tearing the loop down.
   void stop();

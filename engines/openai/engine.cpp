@@ -3,6 +3,7 @@
 #include "engines/openai/sse.hpp"
 
 #include <algorithm>
+#include <cctype>
 
 namespace dynrt::engines {
 
@@ -68,16 +69,65 @@ class Ignore final : public HttpHandler {
   void on_done(const HttpOutcome&) override {}
 };
 
+// Retry-After as delta-seconds; an HTTP-date is not read (treated as absent).
+std::optional<Duration> parse_retry_after(std::string_view v) {
+  if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string_view::npos)
+    return std::nullopt;
+  return std::chrono::seconds(std::stol(std::string(v)));
+}
+
+EngineError circuit_open(RequestKind kind, const std::string& engine) {
+  const std::string message = "circuit open: engine " + engine + " is failing; " +
+                              (kind == RequestKind::fill ? "fills" : "requests") +
+                              " are refused until a probe succeeds";
+  if (kind == RequestKind::fill) return EngineError{ErrorKind::rejected, 0, {}, message};
+  // A canonical caller gets a 503 in the OpenAI error shape, as an overloaded engine answers.
+  const json body = {
+      {"error",
+       {{"message", message}, {"type", "service_unavailable"}, {"param", nullptr}, {"code", 503}}}};
+  return EngineError{ErrorKind::http_status, 503, body.dump(), message};
+}
+
 }  // namespace
+
+// One request, across its attempts. Once submitted, `attempt`, `probe` and the fields from
+// `call_id` on change only under the engine's mutex; `delivered` belongs to the loop thread;
+// the rest is fixed.
+struct OpenAiEngine::Pending {
+  RequestHandle handle = 0;
+  RequestKind kind = RequestKind::canonical;
+  std::string id;  // the request id (SGLang's rid)
+  HttpCall call;
+  std::shared_ptr<ResponseSink> sink;
+  bool stream = false;
+  bool chat = true;
+  int attempt = 0;
+  bool probe = false;            // this attempt probes a half-open circuit
+  bool delivered = false;        // a chunk reached the sink: never retried after that
+  CurlLoop::CallId call_id = 0;  // the attempt in flight; 0 while none is
+  bool cancelled = false;
+  bool ended = false;
+};
 
 // One request's transfer: parses what arrives and reports to the sink.
 class OpenAiEngine::Transfer final : public HttpHandler {
  public:
-  Transfer(OpenAiEngine* engine, RequestHandle handle, std::shared_ptr<ResponseSink> sink,
-           bool stream, bool chat)
-      : engine_(engine), handle_(handle), sink_(std::move(sink)), stream_(stream), chat_(chat) {}
+  Transfer(OpenAiEngine* engine, std::shared_ptr<Pending> pending)
+      : engine_(engine),
+        pending_(std::move(pending)),
+        sink_(pending_->sink),
+        stream_(pending_->stream),
+        chat_(pending_->chat) {}
 
   void on_status(int status) override { status_ = status; }
+  void on_header(std::string_view name, std::string_view value) override {
+    if (name.size() == 11 &&
+        std::equal(name.begin(), name.end(), "retry-after", [](char a, char b) {
+          return std::tolower(static_cast<unsigned char>(a)) == b;
+        })) {
+      retry_after_ = parse_retry_after(value);
+    }
+  }
 
   bool on_data(std::string_view bytes) override {
     if (status_ != 200) {  // an error body: keep the start of it for the caller
@@ -103,13 +153,13 @@ class OpenAiEngine::Transfer final : public HttpHandler {
         return false;
       }
       absorb(chunk);
+      pending_->delivered = true;
       sink_->on_chunk(data);
     }
     return true;
   }
 
   void on_done(const HttpOutcome& outcome) override {
-    engine_->forget(handle_);
     if (outcome.kind != HttpOutcome::Kind::ok) {
       EngineError e;
       e.kind = error_kind(outcome.kind);
@@ -118,21 +168,22 @@ class OpenAiEngine::Transfer final : public HttpHandler {
       if (outcome.kind == HttpOutcome::Kind::transport && stream_) {
         e.message = "the stream broke before [DONE]: " + outcome.message;
       }
-      sink_->on_error(std::move(e));
-      return;
+      return engine_->settle(pending_, std::move(e), std::nullopt);
     }
     if (status_ != 200) {
-      sink_->on_error(EngineError{ErrorKind::http_status, status_, std::move(body_),
-                                  "the engine answered HTTP " + std::to_string(status_)});
-      return;
+      return engine_->settle(pending_,
+                             EngineError{ErrorKind::http_status, status_, std::move(body_),
+                                         "the engine answered HTTP " + std::to_string(status_)},
+                             retry_after_);
     }
     EngineResult r;
     r.status = 200;
     if (stream_) {
       if (!done_) {
-        sink_->on_error(
-            EngineError{ErrorKind::truncated, status_, {}, "the stream ended without [DONE]"});
-        return;
+        return engine_->settle(
+            pending_,
+            EngineError{ErrorKind::truncated, status_, {}, "the stream ended without [DONE]"},
+            std::nullopt);
       }
       r.body = assembled();
       r.usage = usage_;
@@ -140,15 +191,17 @@ class OpenAiEngine::Transfer final : public HttpHandler {
     } else {
       const json j = json::parse(body_, nullptr, false);
       if (!j.is_object() || !j.contains("choices")) {
-        sink_->on_error(EngineError{ErrorKind::malformed, status_, body_.substr(0, kErrorBodyLimit),
-                                    "the response is not a completion JSON object"});
-        return;
+        return engine_->settle(
+            pending_,
+            EngineError{ErrorKind::malformed, status_, body_.substr(0, kErrorBodyLimit),
+                        "the response is not a completion JSON object"},
+            std::nullopt);
       }
       r.usage = usage_of(j.value("usage", json()));
       r.finish_reason = first_finish_reason(j);
       r.body = std::move(body_);
     }
-    sink_->on_complete(std::move(r));
+    engine_->settle(pending_, std::move(r));
   }
 
  private:
@@ -200,11 +253,12 @@ class OpenAiEngine::Transfer final : public HttpHandler {
   }
 
   OpenAiEngine* engine_;
-  RequestHandle handle_;
+  std::shared_ptr<Pending> pending_;
   std::shared_ptr<ResponseSink> sink_;
   bool stream_;
   bool chat_;
   int status_ = 0;
+  std::optional<Duration> retry_after_;
   std::string body_;
   SseParser sse_;
   std::vector<std::string> events_;
@@ -239,22 +293,40 @@ class OpenAiEngine::Scrape final : public HttpHandler {
 };
 
 OpenAiEngine::OpenAiEngine(OpenAiOptions options)
-    : options_(std::move(options)), loop_(std::make_unique<CurlLoop>(options_.max_connections)) {
+    : options_(std::move(options)),
+      clock_(options_.clock ? options_.clock : std::make_shared<SteadyClock>()),
+      breaker_(options_.breaker, *clock_),
+      retry_(options_.retry),
+      loop_(std::make_unique<CurlLoop>(options_.max_connections)) {
   load_.slots_total = options_.max_num_seqs;
   if (options_.scrape_interval > Duration::zero()) {
     loop_->every(options_.scrape_interval, [this] { scrape(); });
   }
 }
 
-// The loop's thread runs scrape(), which uses loop_: stop the thread before loop_ goes.
+// The loop's thread runs scrape(), which uses loop_: stop the thread before loop_ goes. The
+// loop ends its transfers with on_done(cancelled); requests waiting for a retry or for their
+// refusal to be delivered are settled here, the loop thread being gone.
 OpenAiEngine::~OpenAiEngine() {
   loop_->stop();
+  std::vector<std::shared_ptr<Pending>> left;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& [handle, p] : in_flight_)
+      left.push_back(p);
+  }
+  for (auto& p : left)
+    if (take(p)) p->sink->on_error(EngineError{ErrorKind::cancelled, 0, {}, "engine stopped"});
 }
 
 RequestHandle OpenAiEngine::submit(EngineRequest request, std::shared_ptr<ResponseSink> sink) {
   const RequestHandle handle = next_handle_++;
-  const bool stream = wants_stream(request.body);
-  const bool chat = request.endpoint != "/v1/completions";
+  auto p = std::make_shared<Pending>();
+  p->handle = handle;
+  p->kind = request.kind;
+  p->sink = std::move(sink);
+  p->stream = wants_stream(request.body);
+  p->chat = request.endpoint != "/v1/completions";
   if (request.id.empty()) request.id = "dynrt-" + std::to_string(handle);
   if (flavor() == EngineFlavor::sglang && request.body.is_object()) {
     // SGLang aborts by rid: add ours, or abort by the caller's own when it set one.
@@ -265,11 +337,12 @@ RequestHandle OpenAiEngine::submit(EngineRequest request, std::shared_ptr<Respon
       request.id = rid->get<std::string>();
     }
   }
-  HttpCall call;
+  p->id = request.id;
+  HttpCall& call = p->call;
   call.url = options_.base_url + request.endpoint;
   call.body = request.body.dump(-1, ' ', false, json::error_handler_t::replace);
   call.headers = {"Content-Type: application/json",
-                  stream ? "Accept: text/event-stream" : "Accept: application/json"};
+                  p->stream ? "Accept: text/event-stream" : "Accept: application/json"};
   if (!options_.api_key.empty())
     call.headers.push_back("Authorization: Bearer " + options_.api_key);
   call.connect_timeout = options_.connect_timeout;
@@ -277,31 +350,100 @@ RequestHandle OpenAiEngine::submit(EngineRequest request, std::shared_ptr<Respon
   call.idle_timeout = options_.idle_timeout;
   call.total_timeout = options_.total_timeout;
   call.max_response_bytes = options_.max_response_bytes;
-  auto transfer = std::make_shared<Transfer>(this, handle, std::move(sink), stream, chat);
-  std::lock_guard lock(mutex_);  // held across start() so a fast on_done finds the entry
-  const CurlLoop::CallId id = loop_->start(std::move(call), std::move(transfer));
-  in_flight_.emplace(handle, std::make_pair(id, request.id));
+  Admission admission;
+  {
+    std::lock_guard lock(mutex_);
+    admission = breaker_.admit(p->kind);
+    p->probe = admission.probe;
+    in_flight_.emplace(handle, p);
+    if (p->kind == RequestKind::canonical) retry_.started();
+  }
+  if (!admission.allowed) {
+    // Refused without any network I/O; answered on the loop thread, as every answer is.
+    loop_->after(Duration::zero(), [this, p] {
+      if (take(p)) p->sink->on_error(circuit_open(p->kind, options_.name));
+    });
+    return handle;
+  }
+  launch(p);
   return handle;
 }
 
-void OpenAiEngine::forget(RequestHandle handle) {
+void OpenAiEngine::launch(const std::shared_ptr<Pending>& p) {
+  {
+    std::lock_guard lock(mutex_);  // held across start() so that cancel() sees the call
+    if (!p->ended && !p->cancelled) {
+      ++p->attempt;
+      ++attempts_;
+      p->call_id = loop_->start(p->call, std::make_shared<Transfer>(this, p));
+      return;
+    }
+  }
+  if (take(p)) p->sink->on_error(EngineError{ErrorKind::cancelled, 0, {}, "cancelled"});
+}
+
+bool OpenAiEngine::take(const std::shared_ptr<Pending>& p) {
   std::lock_guard lock(mutex_);
-  in_flight_.erase(handle);
+  if (p->ended) return false;
+  p->ended = true;
+  p->call_id = 0;
+  in_flight_.erase(p->handle);
+  if (p->kind == RequestKind::canonical) retry_.finished(p->attempt > 1);
+  return true;
+}
+
+void OpenAiEngine::settle(const std::shared_ptr<Pending>& p, EngineResult result) {
+  {
+    std::lock_guard lock(mutex_);
+    breaker_.record(p->kind, std::exchange(p->probe, false), Outcome::success);
+  }
+  if (take(p)) p->sink->on_complete(std::move(result));
+}
+
+void OpenAiEngine::settle(const std::shared_ptr<Pending>& p, EngineError error,
+                          std::optional<Duration> retry_after) {
+  {
+    std::lock_guard lock(mutex_);
+    p->call_id = 0;
+    breaker_.record(p->kind, std::exchange(p->probe, false), outcome_of(error));
+    if (!p->cancelled && !p->ended) {
+      const auto delay = retry_.next(p->kind, error, p->attempt, p->delivered, retry_after);
+      if (delay) {
+        const Admission admission = breaker_.admit(p->kind);
+        if (admission.allowed) {
+          p->probe = admission.probe;
+          loop_->after(*delay, [this, p] { launch(p); });
+          return;
+        }
+      }
+    }
+  }
+  if (take(p)) p->sink->on_error(std::move(error));
 }
 
 void OpenAiEngine::cancel(RequestHandle handle) {
-  std::pair<CurlLoop::CallId, std::string> entry;
+  std::shared_ptr<Pending> p;
+  CurlLoop::CallId call = 0;
   {
     std::lock_guard lock(mutex_);
     const auto it = in_flight_.find(handle);
     if (it == in_flight_.end()) return;
-    entry = it->second;
+    p = it->second;
+    if (p->ended || p->cancelled) return;
+    p->cancelled = true;
+    call = p->call_id;
   }
-  loop_->cancel(entry.first);
+  if (call == 0) {  // between attempts, or not yet started: answer on the loop thread
+    loop_->after(Duration::zero(), [this, p] {
+      if (take(p)) p->sink->on_error(EngineError{ErrorKind::cancelled, 0, {}, "cancelled"});
+    });
+    return;
+  }
+  loop_->cancel(call);
   if (flavor() == EngineFlavor::sglang) {
     HttpCall abort;
     abort.url = options_.base_url + "/abort_request";
-    abort.body = json{{"rid", entry.second}}.dump();
+    abort.body = json{{"rid", p->id}}.dump();
     abort.headers = {"Content-Type: application/json"};
     abort.connect_timeout = options_.connect_timeout;
     abort.total_timeout = std::chrono::seconds(10);
@@ -311,7 +453,20 @@ void OpenAiEngine::cancel(RequestHandle handle) {
 
 LoadSnapshot OpenAiEngine::load() const {
   std::lock_guard lock(mutex_);
-  return load_;
+  LoadSnapshot s = load_;
+  s.fills_blocked = breaker_.fills_blocked();
+  return s;
+}
+
+ResilienceSnapshot OpenAiEngine::resilience() const {
+  std::lock_guard lock(mutex_);
+  ResilienceSnapshot r;
+  r.fills = breaker_.state(RequestKind::fill);
+  r.canonical = breaker_.state(RequestKind::canonical);
+  r.breaker = breaker_.stats();
+  r.retry = retry_.stats();
+  r.attempts = attempts_;
+  return r;
 }
 
 EngineFlavor OpenAiEngine::flavor() const {

@@ -13,19 +13,30 @@
 // vLLM and SGLang abort a request whose client disconnects, and for SGLang the adapter also
 // posts /abort_request with the request's rid (which it adds to the body as `rid`).
 //
+// Resilience (engines/retry.hpp, engines/breaker.hpp): a canonical request whose attempt failed
+// before any of its response reached the sink is retried when the fault says the engine did not
+// run it (refused, connect timeout, 429, 502, 503), up to `retry.max_attempts` attempts and
+// within a retry budget, after a jittered backoff that honours Retry-After; fills are never
+// retried. A circuit breaker refuses fills at once (ErrorKind::rejected, "circuit open", no
+// network I/O) while the engine keeps failing, and canonical requests too (HTTP 503) when
+// `breaker.canonical_failures` enables it; after a cooldown one probe decides.
+//
 // Load comes from the engine's Prometheus /metrics, scraped every `scrape_interval` on the
 // same thread (engines/openai/prometheus.hpp); decode-slot capacity, which no engine exports,
 // comes from `max_num_seqs`.
 #pragma once
 
+#include "engines/breaker.hpp"
 #include "engines/engine.hpp"
 #include "engines/http/curl_loop.hpp"
 #include "engines/openai/prometheus.hpp"
+#include "engines/retry.hpp"
 
 #include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -44,6 +55,20 @@ struct OpenAiOptions {
   std::size_t max_response_bytes = std::size_t{64} << 20;
   long max_connections = 256;
   std::string name = "openai";
+  RetryOptions retry;
+  BreakerOptions breaker;
+  // The breaker's clock; null: the steady clock. A test's ManualClock must be moved only
+  // while no request is in flight.
+  std::shared_ptr<const Clock> clock;
+};
+
+// The retry and breaker state of an engine, for stats and tests.
+struct ResilienceSnapshot {
+  CircuitState fills = CircuitState::closed;  // the fills' circuit
+  CircuitState canonical = CircuitState::closed;
+  BreakerStats breaker;
+  RetryStats retry;
+  std::uint64_t attempts = 0;  // HTTP attempts made for requests (retries included)
 };
 
 class OpenAiEngine final : public Engine {
@@ -63,26 +88,35 @@ class OpenAiEngine final : public Engine {
   bool await_scrapes(std::uint64_t count, Duration timeout) const;
   // Connections opened so far (requests and scrapes): connection reuse keeps it low.
   std::uint64_t connections_opened() const { return loop_->connections_opened(); }
+  ResilienceSnapshot resilience() const;
 
  private:
   class Transfer;
   class Scrape;
+  struct Pending;
   friend class Transfer;
   friend class Scrape;
-  void forget(RequestHandle handle);
+  void launch(const std::shared_ptr<Pending>& p);
+  void settle(const std::shared_ptr<Pending>& p, EngineResult result);
+  void settle(const std::shared_ptr<Pending>& p, EngineError error,
+              std::optional<Duration> retry_after);
+  bool take(const std::shared_ptr<Pending>& p);  // ends p's bookkeeping; false if it had ended
   void scrape();
   void update_load(const std::string& metrics_text);
 
   const OpenAiOptions options_;
+  std::shared_ptr<const Clock> clock_;
   mutable std::mutex mutex_;
-  std::unordered_map<RequestHandle, std::pair<CurlLoop::CallId, std::string>> in_flight_;
+  std::unordered_map<RequestHandle, std::shared_ptr<Pending>> in_flight_;
+  CircuitBreaker breaker_;      // guarded by mutex_
+  RetryPolicy retry_;           // guarded by mutex_
+  std::uint64_t attempts_ = 0;  // guarded by mutex_
   LoadSnapshot load_;
   std::uint64_t scrapes_ = 0;
   mutable std::condition_variable scraped_;
   EngineFlavor detected_ = EngineFlavor::automatic;
   std::atomic<RequestHandle> next_handle_{1};
   std::atomic<bool> scraping_{false};
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   std::unique_ptr<CurlLoop> loop_;  // last: stopped first, before the state above goes
 };
 

@@ -2,7 +2,15 @@
 // JSON, streams that end without [DONE], reset or stall mid-way, no response at all. Each
 // connection is served on a thread of its own; the destructor unblocks and joins them all.
 // Every request is recorded; POST /abort_request (SGLang's) is always answered 200.
+//
+// A script can vary the fault per request: script(needle, modes) makes the next requests whose
+// body contains `needle` ("" matches all) take `modes` in order; once they are used up, the
+// server's own mode applies (fails the first N attempts, then succeeds). The faults no server
+// can script (a refused connection, a connect timeout) come from refused_url() and
+// FullListener.
 #pragma once
+
+#include <utility>  // before Boost.Asio, whose awaitable.hpp uses std::exchange
 
 #include <boost/asio.hpp>
 
@@ -10,6 +18,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -18,6 +27,12 @@
 #include <vector>
 
 namespace dynrt::testing {
+
+// The answer of Mode::ok to a request that does not stream.
+inline constexpr const char* kCompletion =
+    R"({"id":"x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,)"
+    R"("message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],)"
+    R"("usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}})";
 
 class FaultyServer {
  public:
@@ -31,6 +46,10 @@ class FaultyServer {
     bad_chunk,       // 200, an SSE data line that is not JSON
     no_response,     // reads the request, never answers
     respond,         // 200 with `body` (as JSON), for tool tests
+    status_502,      // 502 with an OpenAI error body
+    status_503,      // 503 with Retry-After and an OpenAI error body
+    body_truncated,  // 200, a Content-Length longer than the body, then a clean close
+    ok,              // a valid answer: a chat.completion, or an SSE stream ending in [DONE]
   };
 
   explicit FaultyServer(Mode mode, std::string body = {}) : mode_(mode), body_(std::move(body)) {
@@ -71,6 +90,15 @@ class FaultyServer {
   }
 
   std::string base_url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  // The value of Retry-After in 429 and 503 answers (seconds); "" leaves the header out.
+  void set_retry_after(std::string seconds) {
+    std::lock_guard lock(mutex_);
+    retry_after_ = std::move(seconds);
+  }
+  void script(std::string needle, std::vector<Mode> modes) {
+    std::lock_guard lock(mutex_);
+    rules_.push_back({std::move(needle), {modes.begin(), modes.end()}});
+  }
   int requests() const {
     std::lock_guard lock(mutex_);
     return requests_;
@@ -151,27 +179,76 @@ class FaultyServer {
     cv_.wait(lock, [&] { return stop_; });
   }
 
+  Mode mode_for(const Recorded& r) {
+    std::lock_guard lock(mutex_);
+    for (auto& rule : rules_) {
+      if (!rule.modes.empty() && r.body.find(rule.needle) != std::string::npos) {
+        const Mode m = rule.modes.front();
+        rule.modes.pop_front();
+        return m;
+      }
+    }
+    return mode_;
+  }
+
+  std::string retry_after_header() {
+    std::lock_guard lock(mutex_);
+    return retry_after_.empty() ? std::string() : "Retry-After: " + retry_after_ + "\r\n";
+  }
+
   void serve(tcp::socket& s) {
     const auto request = read_request(s);
     if (!request) return;
     const std::string sse_head =
-        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+        "Connection: close\r\n\r\n";
     const std::string event =
         "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"model\":\"m\","
         "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":null}]}\n\n";
     auto plain = [&](const std::string& status, const std::string& extra, const std::string& body) {
-      write(s, "HTTP/1.1 " + status + "\r\nContent-Type: application/json\r\n" + extra +
+      // One request per connection: a client must not reuse it for the next.
+      write(s, "HTTP/1.1 " + status +
+                   "\r\nContent-Type: application/json\r\nConnection: close\r\n" + extra +
                    "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
     };
     if (request->head.rfind("POST /abort_request ", 0) == 0) return plain("200 OK", "", "{}");
-    switch (mode_) {
+    const bool stream = request->body.find("\"stream\":true") != std::string::npos;
+    switch (mode_for(*request)) {
       case Mode::status_500:
         plain("500 Internal Server Error", "",
               R"({"error":{"message":"engine exploded","type":"server_error","code":500}})");
         break;
       case Mode::status_429:
-        plain("429 Too Many Requests", "Retry-After: 2\r\n",
+        plain("429 Too Many Requests", retry_after_header(),
               R"({"error":{"message":"slow down","type":"rate_limit","code":429}})");
+        break;
+      case Mode::status_502:
+        plain("502 Bad Gateway", "",
+              R"({"error":{"message":"upstream unreachable","type":"server_error","code":502}})");
+        break;
+      case Mode::status_503:
+        plain("503 Service Unavailable", retry_after_header(),
+              R"({"error":{"message":"overloaded","type":"server_error","code":503}})");
+        break;
+      case Mode::body_truncated: {
+        const std::string body = R"({"id":"x","object":"chat.completion","choices":[)";
+        write(s, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                     std::to_string(body.size() * 2) + "\r\n\r\n" + body);
+        boost::system::error_code ec;
+        std::lock_guard lock(mutex_);  // the destructor closes sockets under it too
+        s.shutdown(tcp::socket::shutdown_both, ec);
+        s.close(ec);
+        break;
+      }
+      case Mode::ok:
+        if (stream) {
+          const std::string last =
+              "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"model\":\"m\","
+              "\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n";
+          write(s, sse_head + chunk(event) + chunk(last) + chunk("data: [DONE]\n\n") + "0\r\n\r\n");
+        } else {
+          plain("200 OK", "", kCompletion);
+        }
         break;
       case Mode::invalid_json:
         plain("200 OK", "", "this is not json");
@@ -204,8 +281,15 @@ class FaultyServer {
     }
   }
 
+  struct Rule {
+    std::string needle;
+    std::deque<Mode> modes;
+  };
+
   Mode mode_;
   std::string body_;
+  std::string retry_after_ = "2";  // guarded by mutex_
+  std::vector<Rule> rules_;        // guarded by mutex_
   boost::asio::io_context io_;
   tcp::acceptor acceptor_{io_};
   std::uint16_t port_ = 0;
@@ -217,6 +301,36 @@ class FaultyServer {
   std::vector<std::thread> handlers_;
   int requests_ = 0;  // guarded by mutex_
   std::vector<Recorded> recorded_;
+};
+
+// A loopback URL where nothing listens: connecting is refused.
+inline std::string refused_url() {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor a(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  const auto port = a.local_endpoint().port();
+  a.close();  // nobody listens there now
+  return "http://127.0.0.1:" + std::to_string(port);
+}
+
+// A listener with a backlog of zero that never accepts, its queue filled by one connection:
+// Linux drops further SYNs, so a connect() there hangs until the client's connect timeout.
+class FullListener {
+ public:
+  FullListener() {
+    namespace net = boost::asio;
+    acceptor_.open(net::ip::tcp::v4());
+    acceptor_.bind({net::ip::make_address("127.0.0.1"), 0});
+    acceptor_.listen(0);
+    filler_.connect(acceptor_.local_endpoint());  // completes: the queue is now full
+  }
+  std::string base_url() const {
+    return "http://127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port());
+  }
+
+ private:
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::acceptor acceptor_{io_};
+  boost::asio::ip::tcp::socket filler_{io_};
 };
 
 }  // namespace dynrt::testing

@@ -15,6 +15,7 @@
 #include <csignal>
 #include <cstdio>
 #include <future>
+#include <thread>
 
 extern char** environ;
 
@@ -25,6 +26,7 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using testing::FaultyServer;
+using testing::kCompletion;
 
 constexpr auto kWait = seconds(30);  // a safety net against hangs, not a timing assertion
 
@@ -270,31 +272,17 @@ Outcome run_against(const std::string& url, bool stream, OpenAiOptions o = {}) {
 }
 
 TEST(OpenAiFaults, RefusedConnection) {
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::acceptor a(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
-  const auto port = a.local_endpoint().port();
-  a.close();  // nobody listens there now
-  const Outcome o = run_against("http://127.0.0.1:" + std::to_string(port), false);
+  const Outcome o = run_against(testing::refused_url(), false);
   ASSERT_TRUE(o.error);
   EXPECT_EQ(o.error->kind, ErrorKind::refused) << o.error->message;
 }
 
 TEST(OpenAiFaults, ConnectTimeout) {
-  // A listener with a backlog of zero that never accepts: once one connection waits in its
-  // accept queue, the kernel drops further SYNs, so the next connect hangs.
-  namespace net = boost::asio;
-  net::io_context io;
-  net::ip::tcp::acceptor a(io);
-  a.open(net::ip::tcp::v4());
-  a.bind({net::ip::make_address("127.0.0.1"), 0});
-  a.listen(0);
-  net::ip::tcp::socket filler(io);
-  filler.connect(a.local_endpoint());  // completes: the queue is now full
+  testing::FullListener full;
   OpenAiOptions o;
   o.connect_timeout = milliseconds(300);
   o.first_byte_timeout = seconds(5);  // should the kernel complete the handshake after all
-  const Outcome out =
-      run_against("http://127.0.0.1:" + std::to_string(a.local_endpoint().port()), false, o);
+  const Outcome out = run_against(full.base_url(), false, o);
   ASSERT_TRUE(out.error);
   EXPECT_EQ(out.error->kind, ErrorKind::connect_timeout) << out.error->message;
 }
@@ -408,6 +396,219 @@ TEST(OpenAiFaults, OtherFlavoursAreNotSentARid) {
   adapter.cancel(h);
   await(f);
   EXPECT_FALSE(json::parse(server.recorded()[0].body).contains("rid"));
+}
+
+// -- retries and the circuit breaker -----------------------------------------------------------
+
+OpenAiOptions fast_options(const std::string& url) {
+  OpenAiOptions o;
+  o.base_url = url;
+  o.scrape_interval = Duration::zero();
+  o.first_byte_timeout = seconds(10);  // a safety net: no fault here stalls
+  return o;
+}
+
+EngineRequest fill(const std::string& content) {
+  EngineRequest r = chat(content, 8, false);
+  r.kind = RequestKind::fill;
+  return r;
+}
+
+Outcome submit_and_wait(OpenAiEngine& adapter, EngineRequest r) {
+  auto [s, f] = sink();
+  adapter.submit(std::move(r), s);
+  return await(f);
+}
+
+// Waits (bounded) for an event the engine reports through resilience().
+template <class Pred>
+bool until(const OpenAiEngine& adapter, Pred pred) {
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (!pred(adapter.resilience())) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+TEST(OpenAiRetries, FaultsBeforeTheFirstByteAreRetriedThenTheRequestSucceeds) {
+  for (const bool stream : {false, true}) {
+    FaultyServer server(FaultyServer::Mode::ok);
+    server.set_retry_after("0");
+    server.script("", {FaultyServer::Mode::status_503, FaultyServer::Mode::status_429});
+    OpenAiEngine adapter(fast_options(server.base_url()));
+    const Outcome o = submit_and_wait(adapter, chat("x", 8, stream));
+    ASSERT_TRUE(o.result) << (o.error ? o.error->message : "");
+    EXPECT_EQ(server.requests(), 3) << "two faults, then the answer";
+    EXPECT_EQ(adapter.resilience().retry.retries, 2u);
+    EXPECT_EQ(adapter.resilience().attempts, 3u);
+    EXPECT_EQ(adapter.resilience().retry.in_flight, 0);
+    EXPECT_EQ(adapter.resilience().retry.retrying, 0);
+    if (stream) {
+      EXPECT_EQ(o.chunks.size(), 2u) << "only the successful attempt's chunks";
+    } else {
+      EXPECT_EQ(o.result->body, kCompletion);
+    }
+  }
+}
+
+TEST(OpenAiRetries, A502IsRetriedAndTheLastErrorIsTheEngines) {
+  FaultyServer server(FaultyServer::Mode::status_502);
+  OpenAiEngine adapter(fast_options(server.base_url()));
+  const Outcome o = submit_and_wait(adapter, chat("x", 8, false));
+  ASSERT_TRUE(o.error);
+  EXPECT_EQ(o.error->kind, ErrorKind::http_status);
+  EXPECT_EQ(o.error->status, 502);
+  EXPECT_NE(o.error->body.find("upstream unreachable"), std::string::npos);
+  EXPECT_EQ(server.requests(), 3) << "max_attempts, first one included";
+}
+
+TEST(OpenAiRetries, RefusedConnectionsAreRetried) {
+  OpenAiEngine adapter(fast_options(testing::refused_url()));
+  const Outcome o = submit_and_wait(adapter, chat("x", 8, false));
+  ASSERT_TRUE(o.error);
+  EXPECT_EQ(o.error->kind, ErrorKind::refused);
+  EXPECT_EQ(adapter.resilience().attempts, 3u);
+}
+
+TEST(OpenAiRetries, WhatMayHaveRunIsNotRetried) {
+  struct Case {
+    FaultyServer::Mode mode;
+    bool stream;
+    ErrorKind kind;
+  };
+  for (const Case c : {Case{FaultyServer::Mode::status_500, false, ErrorKind::http_status},
+                       Case{FaultyServer::Mode::invalid_json, false, ErrorKind::malformed},
+                       Case{FaultyServer::Mode::body_truncated, false, ErrorKind::truncated},
+                       Case{FaultyServer::Mode::stream_no_done, true, ErrorKind::truncated},
+                       Case{FaultyServer::Mode::stream_reset, true, ErrorKind::truncated}}) {
+    FaultyServer server(c.mode);
+    OpenAiEngine adapter(fast_options(server.base_url()));
+    const Outcome o = submit_and_wait(adapter, chat("x", 8, c.stream));
+    ASSERT_TRUE(o.error);
+    EXPECT_EQ(o.error->kind, c.kind) << o.error->message;
+    EXPECT_EQ(server.requests(), 1) << to_string(c.kind);
+    EXPECT_EQ(adapter.resilience().retry.retries, 0u);
+  }
+  // A first-byte timeout: the engine may be running it still.
+  FaultyServer silent(FaultyServer::Mode::no_response);
+  OpenAiOptions o = fast_options(silent.base_url());
+  o.first_byte_timeout = milliseconds(200);
+  OpenAiEngine adapter(o);
+  const Outcome out = submit_and_wait(adapter, chat("x", 8, false));
+  ASSERT_TRUE(out.error);
+  EXPECT_EQ(out.error->kind, ErrorKind::first_byte_timeout);
+  EXPECT_EQ(adapter.resilience().attempts, 1u);
+}
+
+TEST(OpenAiRetries, NoRetryOnceAChunkReachedTheSink) {
+  FaultyServer server(FaultyServer::Mode::ok);
+  server.script("", {FaultyServer::Mode::stream_reset});
+  OpenAiEngine adapter(fast_options(server.base_url()));
+  const Outcome o = submit_and_wait(adapter, chat("x", 8, true));
+  ASSERT_TRUE(o.error);
+  EXPECT_EQ(o.error->kind, ErrorKind::truncated);
+  EXPECT_EQ(o.chunks.size(), 1u);
+  EXPECT_EQ(server.requests(), 1) << "the next attempt would have succeeded: not made";
+}
+
+TEST(OpenAiRetries, FillsAreTriedOnce) {
+  FaultyServer server(FaultyServer::Mode::ok);
+  server.set_retry_after("0");
+  server.script("", {FaultyServer::Mode::status_503});
+  OpenAiEngine adapter(fast_options(server.base_url()));
+  const Outcome o = submit_and_wait(adapter, fill("x"));
+  ASSERT_TRUE(o.error);
+  EXPECT_EQ(o.error->status, 503);
+  EXPECT_EQ(server.requests(), 1);
+  OpenAiEngine refused(fast_options(testing::refused_url()));
+  ASSERT_TRUE(submit_and_wait(refused, fill("x")).error);
+  EXPECT_EQ(refused.resilience().attempts, 1u);
+}
+
+TEST(OpenAiRetries, ARetryAfterBeyondTheCapGoesStraightToTheCaller) {
+  FaultyServer server(FaultyServer::Mode::status_429);  // Retry-After: 2; the cap is 1 s
+  OpenAiEngine adapter(fast_options(server.base_url()));
+  const Outcome o = submit_and_wait(adapter, chat("x", 8, false));
+  ASSERT_TRUE(o.error);
+  EXPECT_EQ(o.error->status, 429);
+  EXPECT_EQ(server.requests(), 1);
+}
+
+TEST(OpenAiRetries, CancelledOrStoppedWhileWaitingToRetry) {
+  FaultyServer server(FaultyServer::Mode::status_503);
+  server.set_retry_after("1");  // a one-second wait before the retry
+  {
+    OpenAiEngine adapter(fast_options(server.base_url()));
+    auto [s, f] = sink();
+    const RequestHandle h = adapter.submit(chat("x", 8, false), s);
+    ASSERT_TRUE(until(adapter, [](const ResilienceSnapshot& r) { return r.retry.retries == 1; }));
+    adapter.cancel(h);
+    const Outcome o = await(f);
+    ASSERT_TRUE(o.error);
+    EXPECT_EQ(o.error->kind, ErrorKind::cancelled);
+    EXPECT_EQ(adapter.resilience().retry.in_flight, 0);
+  }
+  EXPECT_EQ(server.requests(), 1) << "a cancelled request is not retried";
+  auto [s, f] = sink();
+  {
+    OpenAiEngine adapter(fast_options(server.base_url()));
+    adapter.submit(chat("x", 8, false), s);
+    ASSERT_TRUE(until(adapter, [](const ResilienceSnapshot& r) { return r.retry.retries == 1; }));
+  }  // the engine goes while the request waits: its sink still gets an answer
+  const Outcome o = await(f);
+  ASSERT_TRUE(o.error);
+  EXPECT_EQ(o.error->kind, ErrorKind::cancelled);
+}
+
+TEST(OpenAiBreaker, FillsFailFastWithoutNetworkIoThenAProbeClosesTheCircuit) {
+  FaultyServer server(FaultyServer::Mode::ok);
+  server.script("", {FaultyServer::Mode::status_500, FaultyServer::Mode::status_500,
+                     FaultyServer::Mode::status_500, FaultyServer::Mode::status_500});
+  auto clock = std::make_shared<ManualClock>();
+  OpenAiOptions o = fast_options(server.base_url());
+  o.clock = clock;  // breaker: fills stop after 3 consecutive failures, 5 s cooldown
+  OpenAiEngine adapter(o);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(submit_and_wait(adapter, fill("x")).error->status, 500);
+  EXPECT_EQ(adapter.resilience().fills, CircuitState::open);
+  EXPECT_TRUE(adapter.load().fills_blocked);
+  const Outcome refused = submit_and_wait(adapter, fill("x"));
+  ASSERT_TRUE(refused.error);
+  EXPECT_EQ(refused.error->kind, ErrorKind::rejected);
+  EXPECT_NE(refused.error->message.find("circuit open"), std::string::npos);
+  EXPECT_EQ(server.requests(), 3) << "no network I/O for a refused fill";
+  EXPECT_EQ(adapter.resilience().breaker.fills_refused, 1u);
+  // Canonical requests still go to the engine (and get its error).
+  EXPECT_EQ(submit_and_wait(adapter, chat("x", 8, false)).error->status, 500);
+  EXPECT_EQ(server.requests(), 4);
+  clock->advance(seconds(5));
+  EXPECT_EQ(adapter.resilience().fills, CircuitState::half_open);
+  EXPECT_TRUE(submit_and_wait(adapter, fill("x")).result) << "the probe went through";
+  EXPECT_EQ(adapter.resilience().fills, CircuitState::closed);
+  EXPECT_FALSE(adapter.load().fills_blocked);
+  EXPECT_TRUE(submit_and_wait(adapter, fill("x")).result);
+  EXPECT_EQ(server.requests(), 6);
+}
+
+TEST(OpenAiBreaker, WhenEnabledCanonicalRequestsGetA503WithoutNetworkIo) {
+  FaultyServer server(FaultyServer::Mode::status_500);
+  auto clock = std::make_shared<ManualClock>();
+  OpenAiOptions o = fast_options(server.base_url());
+  o.clock = clock;
+  o.breaker.canonical_failures = 2;
+  OpenAiEngine adapter(o);
+  for (int i = 0; i < 2; ++i)
+    EXPECT_EQ(submit_and_wait(adapter, chat("x", 8, false)).error->status, 500);
+  EXPECT_EQ(adapter.resilience().canonical, CircuitState::open);
+  const Outcome out = submit_and_wait(adapter, chat("x", 8, true));
+  ASSERT_TRUE(out.error);
+  EXPECT_EQ(out.error->kind, ErrorKind::http_status);
+  EXPECT_EQ(out.error->status, 503);
+  EXPECT_EQ(json::parse(out.error->body)["error"]["type"], "service_unavailable");
+  EXPECT_EQ(submit_and_wait(adapter, fill("x")).error->kind, ErrorKind::rejected);
+  EXPECT_EQ(server.requests(), 2);
+  EXPECT_EQ(adapter.resilience().breaker.canonical_refused, 1u);
 }
 
 // -- the simulated engine's HTTP surface ------------------------------------------------------
