@@ -16,6 +16,13 @@
 #include <shared_mutex>
 #include <unordered_map>
 
+namespace dynrt::actors {
+using GraphMap = std::map<std::string, GraphPtr>;  // by workflow name
+using GraphMapPtr = std::shared_ptr<const GraphMap>;
+}  // namespace dynrt::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::GraphMapPtr)
+
 namespace dynrt {
 
 using namespace caf;
@@ -24,9 +31,10 @@ using namespace dynrt::actors;
 namespace {
 
 using services_atom = atom_constant<atom("services")>;
+using reload_atom = atom_constant<atom("reload")>;  // root: templates recompiled
 
 struct RootInit {
-  std::map<std::string, GraphPtr> graphs;  // by workflow name
+  GraphMap graphs;
   RuntimeConfig config;
   std::shared_ptr<Counters> counters;
 };
@@ -37,7 +45,7 @@ struct LiveWorkflow {
 };
 
 struct RootState {
-  std::map<std::string, GraphPtr> graphs;
+  GraphMap graphs;
   ServicesPtr services;
   std::unordered_map<std::string, LiveWorkflow> workflows;
   static inline const char* name = "dynrt.root";
@@ -126,6 +134,9 @@ behavior root_actor(stateful_actor<RootState>* self, std::shared_ptr<const RootI
                 [=](error&) { (*answer)(*parts); });
       },
       [=](services_atom) { return self->state.services; },
+      // New runs start on the new graphs; a live run keeps the graph it started with, so one
+      // run never mixes two versions of its template.
+      [=](reload_atom, const GraphMapPtr& graphs) { self->state.graphs = *graphs; },
   };
 }
 
@@ -134,6 +145,34 @@ std::string findings_text(const dsl::LintReport& report) {
   std::string out = dsl::format_text(report);
   for (const auto& u : report.usage_errors)
     out += u + "\n";
+  return out;
+}
+
+struct Compiled {
+  GraphMap graphs;
+  std::vector<std::string> names;  // in the order the templates were read
+};
+
+// Lints and compiles every template; any error-severity finding refuses them all.
+Expected<Compiled> compile_templates(
+    const std::vector<std::string>& paths,
+    const std::vector<std::pair<std::string, std::string>>& texts) {
+  Compiled out;
+  auto add = [&](const dsl::LintReport& report) -> std::optional<Error> {
+    const std::string errors = findings_text(report);
+    if (!errors.empty()) return make_error("templates do not lint clean:\n" + errors);
+    for (const auto* g : report.graphs()) {
+      if (out.graphs.count(g->workflow))
+        return make_error("two templates define workflow \"" + g->workflow + "\"");
+      out.graphs.emplace(g->workflow, std::make_shared<const dsl::TemplateGraph>(*g));
+      out.names.push_back(g->workflow);
+    }
+    return std::nullopt;
+  };
+  if (!paths.empty())
+    if (auto e = add(dsl::lint_paths(paths))) return *e;
+  for (const auto& [name, text] : texts)
+    if (auto e = add(dsl::lint_text(name, text))) return *e;
   return out;
 }
 
@@ -160,8 +199,16 @@ class DirectSink final : public engines::ResponseSink {
 
 struct Runtime::Impl {
   RuntimeConfig config;
+  // The loaded templates' names; replaced by reload() under templates_mutex.
   std::vector<std::string> names;
   std::set<std::string, std::less<>> workflow_set;
+  mutable std::shared_mutex templates_mutex;
+  std::mutex reload_mutex;  // one reload at a time
+
+  bool claims(const std::string& workflow) const {
+    std::shared_lock lock(templates_mutex);
+    return workflow_set.count(workflow) > 0;
+  }
 
   void direct(Request request, std::shared_ptr<ReplySink> sink) {
     ++counters->requests;
@@ -211,23 +258,11 @@ struct Runtime::Impl {
 Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config) {
   if (config.engines.empty() || !config.engines.front().engine)
     return make_error("dynrt::Runtime needs at least one engine");
+  auto compiled = compile_templates(config.template_paths, config.template_texts);
+  if (!compiled) return compiled.error();
   auto init = std::make_shared<RootInit>();
-  std::vector<std::string> names;
-  auto add = [&](const dsl::LintReport& report) -> std::optional<Error> {
-    const std::string errors = findings_text(report);
-    if (!errors.empty()) return make_error("templates do not lint clean:\n" + errors);
-    for (const auto* g : report.graphs()) {
-      if (init->graphs.count(g->workflow))
-        return make_error("two templates define workflow \"" + g->workflow + "\"");
-      init->graphs.emplace(g->workflow, std::make_shared<const dsl::TemplateGraph>(*g));
-      names.push_back(g->workflow);
-    }
-    return std::nullopt;
-  };
-  if (!config.template_paths.empty())
-    if (auto e = add(dsl::lint_paths(config.template_paths))) return *e;
-  for (const auto& [name, text] : config.template_texts)
-    if (auto e = add(dsl::lint_text(name, text))) return *e;
+  init->graphs = std::move(compiled->graphs);
+  std::vector<std::string> names = std::move(compiled->names);
 
   auto impl = std::make_unique<Impl>();
   impl->names = std::move(names);
@@ -269,7 +304,7 @@ CallId Runtime::complete(Request request, ReplyCallbacks callbacks) {
       // Engine::submit never blocks, and two mailbox hops are saved on the transparent path.
       const auto& tags = request.tags;
       if (request.endpoint.rfind("/v1/dynrt/tools/", 0) != 0 &&
-          (tags.workflow_id.empty() || !impl_->workflow_set.count(tags.workflow))) {
+          (tags.workflow_id.empty() || !impl_->claims(tags.workflow))) {
         impl_->direct(std::move(request), std::move(sink));
         return id;
       }
@@ -348,6 +383,7 @@ RuntimeStats Runtime::stats() const {
   s.errors = c.errors;
   s.waits = c.waits;
   s.wait_timeouts = c.wait_timeouts;
+  s.coalesced = c.coalesced;
   s.branches_opened = c.branches_opened;
   s.branches_gated = c.branches_gated;
   s.branches_settled = c.branches_settled;
@@ -387,7 +423,25 @@ RuntimeStats Runtime::stats() const {
 }
 
 std::vector<std::string> Runtime::workflows() const {
+  std::shared_lock lock(impl_->templates_mutex);
   return impl_->names;
+}
+
+Expected<std::vector<std::string>> Runtime::reload() {
+  std::lock_guard one(impl_->reload_mutex);
+  // Linting reads files: it runs here, on the caller's thread, never on an actor's.
+  auto compiled = compile_templates(impl_->config.template_paths, impl_->config.template_texts);
+  if (!compiled) return compiled.error();
+  std::shared_lock life(impl_->life);
+  if (impl_->stopped) return make_error("dynrt::Runtime: stopped; nothing reloaded");
+  // The root gets the graphs before the direct path learns the names: a call for a new
+  // workflow that slips through in between is forwarded unchanged, never misrouted.
+  anon_send(impl_->root, reload_atom::value,
+            GraphMapPtr(std::make_shared<const GraphMap>(std::move(compiled->graphs))));
+  std::unique_lock lock(impl_->templates_mutex);
+  impl_->names = compiled->names;
+  impl_->workflow_set = {compiled->names.begin(), compiled->names.end()};
+  return compiled->names;
 }
 
 const RuntimeConfig& Runtime::config() const {

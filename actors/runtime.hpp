@@ -120,6 +120,7 @@ struct RuntimeStats {
   std::uint64_t errors = 0;
   std::uint64_t waits = 0;          // demands that waited for an in-flight fill
   std::uint64_t wait_timeouts = 0;  // ... and ran normally after the bound
+  std::uint64_t coalesced = 0;      // demands that joined an identical one in flight
   // branches and fills
   std::uint64_t branches_opened = 0;  // a decision point was reached with candidates
   std::uint64_t branches_gated = 0;   // Action 0 kept it closed
@@ -174,6 +175,14 @@ class Runtime {
 
   RuntimeStats stats() const;
   std::vector<std::string> workflows() const;  // the loaded templates' names
+
+  // Lints and compiles the configured templates again (template_paths are read anew) and, if
+  // they lint clean, serves new workflow runs from them; returns the workflows now loaded.
+  // Runs already in progress finish on the graph they started with. On any error-severity
+  // finding nothing changes (the old graphs keep serving) and the findings are the error.
+  // Results in the library stay valid: a stage's reuse name covers its definition, so an
+  // edited stage simply misses. Blocks the caller while it reads and lints the files.
+  Expected<std::vector<std::string>> reload();
   const RuntimeConfig& config() const;
 
   // Stops the actor graph: fills are cancelled, unanswered calls complete with an error
