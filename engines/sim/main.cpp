@@ -6,6 +6,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <sys/resource.h>
+
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -61,6 +63,13 @@ int main(int argc, char** argv) {
       return 2;
     }
     script = std::move(*loaded);
+  }
+  // A socket per stream: lift the soft descriptor limit (often 1,024) to the hard one, so a
+  // thousand concurrent streams fit.
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
   }
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);

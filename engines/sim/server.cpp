@@ -42,7 +42,9 @@ struct SimServer::Impl {
   SimEngine& engine;
   SimServerOptions options;
   net::io_context ioc;
-  tcp::acceptor acceptor{ioc};
+  net::strand<net::io_context::executor_type> accept_strand{net::make_strand(ioc)};
+  tcp::acceptor acceptor{accept_strand};
+  net::steady_timer accept_pause{accept_strand};  // after a failed accept (out of descriptors)
   std::vector<std::thread> threads;
   std::uint16_t bound_port = 0;
 
@@ -334,11 +336,18 @@ class Session : public std::enable_shared_from_this<Session> {
 void SimServer::Impl::accept() {
   acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted) return;
-    if (!ec) {
-      beast::error_code ignored;
-      socket.set_option(tcp::no_delay(true), ignored);  // streamed events are small: no Nagle
-      std::make_shared<Session>(std::move(socket), *this)->start();
+    if (ec) {
+      // Out of file descriptors (EMFILE) or the like: the pending connection stays queued, so
+      // accepting again at once would spin; retry shortly, when a connection may have closed.
+      accept_pause.expires_after(std::chrono::milliseconds(50));
+      accept_pause.async_wait([this](beast::error_code wait_ec) {
+        if (!wait_ec && acceptor.is_open()) accept();
+      });
+      return;
     }
+    beast::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);  // streamed events are small: no Nagle
+    std::make_shared<Session>(std::move(socket), *this)->start();
     accept();
   });
 }
@@ -400,9 +409,10 @@ std::uint16_t SimServer::port() const {
 
 void SimServer::stop() {
   if (impl_->threads.empty()) return;
-  net::post(impl_->ioc, [this] {
+  net::post(impl_->accept_strand, [this] {
     beast::error_code ec;
     impl_->acceptor.close(ec);
+    impl_->accept_pause.cancel();
   });
   // Requests still running are cancelled, and their callbacks delivered while the I/O threads
   // still run, so no engine callback is left pointing into a stopped io_context.
