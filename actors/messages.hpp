@@ -12,6 +12,7 @@
 #include "dsl/template_graph.hpp"
 #include "engines/engine.hpp"
 #include "runtime/branch/branch.hpp"
+#include "runtime/csl/coalescer.hpp"
 #include "runtime/csl/store.hpp"
 #include "runtime/predictor.hpp"
 
@@ -25,15 +26,19 @@
 namespace dynrt::actors {
 
 // -- atoms ------------------------------------------------------------------------------------
-using demand_atom = caf::atom_constant<caf::atom("demand")>;    // root, workflow: a call
-using exec_atom = caf::atom_constant<caf::atom("exec")>;        // engine: run a request
-using engdone_atom = caf::atom_constant<caf::atom("engdone")>;  // engine -> requester
-using abort_atom = caf::atom_constant<caf::atom("abort")>;      // engine: cancel a handle
-using serve_atom = caf::atom_constant<caf::atom("serve")>;      // csl: probe / promote
-using snap_atom = caf::atom_constant<caf::atom("snap")>;        // csl: read versions
-using store_atom = caf::atom_constant<caf::atom("store")>;      // csl: insert
-using drop_atom = caf::atom_constant<caf::atom("drop")>;        // csl: discard shadows
-using write_atom = caf::atom_constant<caf::atom("write")>;      // csl, root: records written
+using demand_atom = caf::atom_constant<caf::atom("demand")>;      // root, workflow: a call
+using exec_atom = caf::atom_constant<caf::atom("exec")>;          // engine: run a request
+using engdone_atom = caf::atom_constant<caf::atom("engdone")>;    // engine -> requester
+using abort_atom = caf::atom_constant<caf::atom("abort")>;        // engine: cancel a handle
+using serve_atom = caf::atom_constant<caf::atom("serve")>;        // csl: probe / promote
+using snap_atom = caf::atom_constant<caf::atom("snap")>;          // csl: read versions
+using store_atom = caf::atom_constant<caf::atom("store")>;        // csl: insert
+using drop_atom = caf::atom_constant<caf::atom("drop")>;          // csl: discard shadows
+using claim_atom = caf::atom_constant<caf::atom("claim")>;        // csl: lead or join a miss
+using land_atom = caf::atom_constant<caf::atom("land")>;          // csl: a led execution ended
+using coaldone_atom = caf::atom_constant<caf::atom("coaldone")>;  // csl -> a joined waiter
+using leave_atom = caf::atom_constant<caf::atom("leave")>;        // csl: a waiter's bound passed
+using write_atom = caf::atom_constant<caf::atom("write")>;        // csl, root: records written
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using gate_atom = caf::atom_constant<caf::atom("gate")>;         // pricing: Action 0
 using rank_atom = caf::atom_constant<caf::atom("rank")>;         // pricing: frequency ranking
@@ -68,7 +73,7 @@ struct Counters {
       passthrough{0}, errors{0}, waits{0}, wait_timeouts{0}, branches_opened{0}, branches_gated{0},
       branches_settled{0}, fills_issued{0}, fills_suppressed{0}, fills_completed{0},
       fills_failed{0}, fills_cancelled{0}, fills_consumed{0}, shadows_stored{0},
-      shadows_discarded{0}, writes{0}, workflows_live{0};
+      shadows_discarded{0}, writes{0}, workflows_live{0}, coalesced{0};
   std::atomic<std::uint64_t> next_id{1};  // branch and fill ids, unique in the process
   std::atomic<std::int64_t> saved_us{0}, wasted_us{0};
 };
@@ -140,6 +145,30 @@ using ReadRefs = std::vector<csl::ReadRef>;
 using EntryRefs = std::vector<csl::EntryRef>;
 using Strings = std::vector<std::string>;
 using Hashes = std::vector<Hash128>;
+
+// The answer to a claim: a library hit, or how the miss executes (csl/coalescer.hpp).
+struct ClaimReply {
+  bool found = false;
+  ServeReply hit;  // found
+  csl::ClaimKind kind = csl::ClaimKind::alone;
+  std::uint64_t execution = 0;
+  csl::Ticket ticket = 0;  // join: for leave_atom
+  ReadRefs reads;          // lead, alone: the versions the execution starts from
+};
+
+// What a led execution's waiters are answered with.
+struct Landed {
+  enum class Outcome {
+    result,  ///< the engine's answer (served to each waiter as `cache`)
+    error,   ///< the engine's error, or a non-200 answer: each waiter gets the same
+    retry,   ///< the leader was cancelled (its client went): each waiter claims again
+  };
+  Outcome outcome = Outcome::retry;
+  Reply reply;
+  Duration cost{0};   // engine time each waiter saved
+  csl::EntryRef ref;  // the stored (or already present) entry, for the waiters' producers
+};
+using LandedPtr = std::shared_ptr<const Landed>;
 
 struct CslSnapshot {
   csl::Stats stats;
@@ -269,6 +298,8 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::ServicesPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::ExecPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::ExecResultPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::ServeReply)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::ClaimReply)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::LandedPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::InsertPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::ReadRefs)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::EntryRefs)

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace dynrt::actors {
@@ -201,6 +202,9 @@ struct CslState {
   SteadyClock clock;
   std::unique_ptr<csl::Store> store;
   std::shared_ptr<Counters> counters;
+  csl::Coalescer coalescer;
+  std::unordered_map<csl::Ticket, std::pair<caf::actor, std::uint64_t>> waiters;  // actor, demand
+  csl::Ticket next_ticket = 1;
 };
 
 ServeReply to_reply(const csl::Hit& hit, bool promoted) {
@@ -243,6 +247,58 @@ behavior csl_actor(stateful_actor<CslState>* self, CslConfig config,
         return ServeReply{};
       },
       [=](snap_atom, const Strings& keys) -> ReadRefs { return self->state.store->snapshot(keys); },
+      // A canonical miss of a reusable stage: served if its result has meanwhile been stored,
+      // else it leads an execution, joins the identical one in flight, or runs alone.
+      [=](claim_atom, const Hash128& name, const Strings& keys, const EntryRefs& producers,
+          bool may_join, const caf::actor& waiter, std::uint64_t demand) -> ClaimReply {
+        auto& st = self->state;
+        auto& store = *st.store;
+        store.expire(64);
+        ClaimReply r;
+        if (const auto ref = store.find(name); ref && store.state(*ref) == csl::State::confirmed)
+          if (auto hit = store.probe(name)) {
+            r.found = true;
+            r.hit = to_reply(*hit, false);
+            return r;
+          }
+        const csl::Ticket ticket = st.next_ticket++;
+        auto c = st.coalescer.claim(store, name, keys, producers, ticket, may_join);
+        r.kind = c.kind;
+        r.execution = c.execution;
+        r.reads = std::move(c.reads);
+        if (c.kind == csl::ClaimKind::join) {
+          r.ticket = ticket;
+          st.waiters.emplace(ticket, std::make_pair(waiter, demand));
+        }
+        return r;
+      },
+      // A led execution ended: its result is stored (when `in` is given and still fresh) and
+      // every waiter that joined it is answered, all in one step.
+      [=](land_atom, std::uint64_t execution, const LandedPtr& landed,
+          const InsertPtr& in) -> csl::InsertResult {
+        auto& st = self->state;
+        csl::InsertResult res;
+        if (in) {
+          st.store->expire(64);
+          res = st.store->put_confirmed(*in);
+        }
+        auto out = std::make_shared<Landed>(*landed);
+        if (in &&
+            (res.status == csl::InsertStatus::stored || res.status == csl::InsertStatus::duplicate))
+          out->ref = res.ref;
+        const LandedPtr shared = out;
+        for (const auto ticket : st.coalescer.finish(execution)) {
+          auto w = st.waiters.find(ticket);
+          if (w == st.waiters.end()) continue;
+          self->send(w->second.first, coaldone_atom::value, w->second.second, shared);
+          st.waiters.erase(w);
+        }
+        return res;
+      },
+      [=](leave_atom, std::uint64_t execution, csl::Ticket ticket) {
+        self->state.coalescer.leave(execution, ticket);
+        self->state.waiters.erase(ticket);
+      },
       [=](store_atom, const InsertPtr& in, bool shadow) -> csl::InsertResult {
         auto& store = *self->state.store;
         store.expire(64);

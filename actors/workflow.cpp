@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <unordered_map>
+#include <utility>
 
 namespace dynrt::actors {
 
@@ -46,6 +47,10 @@ struct Pending {
   bool waiting = false;
   std::chrono::steady_clock::time_point wait_started{};
   double waited_ms = 0;
+  std::uint64_t execution = 0;  // the coalesced execution this demand leads
+  std::uint64_t joined = 0;     // ... or waits for (with `ticket`)
+  csl::Ticket ticket = 0;
+  bool may_join = true;  // false once a wait for another's execution timed out
 };
 
 struct InFlightFill {
@@ -217,10 +222,28 @@ void stop_waiting(Self self, std::uint64_t id) {
   p.waited_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - p.wait_started)
           .count();
+  if (p.joined != 0) {
+    self->send(svc_of(self).csl, leave_atom::value, p.joined, p.ticket);
+    p.joined = 0;
+    return;
+  }
   if (auto f = st.fills.find(p.name); f != st.fills.end()) {
     auto& w = f->second.waiters;
     w.erase(std::remove(w.begin(), w.end(), id), w.end());
   }
+}
+
+// A led execution ended: tells the csl, which answers the demands that joined it.
+void land(Self self, Pending& p, Landed::Outcome outcome, const Reply& reply, InsertPtr in,
+          Duration cost = Duration{0}) {
+  if (p.execution == 0) return;
+  auto l = std::make_shared<Landed>();
+  l->outcome = outcome;
+  l->reply = reply;
+  l->cost = cost;
+  // Anonymous: the csl's answer (the insert's outcome) is of no use here.
+  anon_send(svc_of(self).csl, land_atom::value, std::exchange(p.execution, 0), LandedPtr(l),
+            std::move(in));
 }
 
 void run(Self self, std::uint64_t id) {
@@ -237,9 +260,11 @@ void run(Self self, std::uint64_t id) {
   if (p.demand->sink->stream()) exec->stream_to = p.demand->sink;
   exec->call = p.demand->sink;
   auto executor = svc.executor_for(exec->endpoint, exec->body);
-  if (!executor)
-    return answer(self, id,
-                  error_reply(404, "not_found", "no engine or tool serves " + exec->endpoint));
+  if (!executor) {
+    auto r = error_reply(404, "not_found", "no engine or tool serves " + exec->endpoint);
+    land(self, p, Landed::Outcome::error, r, nullptr);
+    return answer(self, id, std::move(r));
+  }
   if (!is_tool(exec->endpoint)) self->send(svc.pricing, canon_atom::value, std::int32_t{1});
   self->send(executor, exec_atom::value, ExecPtr(exec));
 }
@@ -251,17 +276,33 @@ void execute(Self self, std::uint64_t id) {
   p.store = false;
   if (svc_of(self).switches.reuse && reusable(stage)) {
     // The record keys it reads, rendered now; their versions are snapshotted before it runs,
-    // so a write during the execution makes the result stale at insert.
+    // so a write during the execution makes the result stale at insert. The same step leads
+    // the execution or joins an identical one in flight (coalescing, csl/coalescer.hpp).
     if (auto keys = st0.run->read_keys(stage, p.demand->request.endpoint, p.demand->request.body)) {
       p.store = true;
-      self->request(svc_of(self).csl, infinite, snap_atom::value, *keys)
+      const auto bound = st0.run->wait_of(stage);
+      const bool may_join = p.may_join && bound.count() > 0;
+      self->request(svc_of(self).csl, infinite, claim_atom::value, p.name, *keys,
+                    st0.run->producers_of(stage), may_join, actor_cast<actor>(self), id)
           .then(
-              [=](ReadRefs& reads) {
+              [=](ClaimReply& c) {
                 auto& st = self->state;
-                if (auto it = st.pending.find(id); it != st.pending.end()) {
-                  it->second.reads = std::move(reads);
-                  run(self, id);
+                auto it = st.pending.find(id);
+                if (it == st.pending.end()) return;
+                auto& q = it->second;
+                if (c.found) return served_from_library(self, id, c.hit);
+                if (c.kind == csl::ClaimKind::join) {
+                  q.waiting = true;
+                  q.wait_started = std::chrono::steady_clock::now();
+                  q.joined = c.execution;
+                  q.ticket = c.ticket;
+                  ++svc_of(self).counters->coalesced;
+                  self->delayed_send(self, bound, waitend_atom::value, id);
+                  return;
                 }
+                q.execution = c.kind == csl::ClaimKind::lead ? c.execution : 0;
+                q.reads = std::move(c.reads);
+                run(self, id);
               },
               [=](error&) {
                 self->state.pending.at(id).store = false;
@@ -273,6 +314,33 @@ void execute(Self self, std::uint64_t id) {
   run(self, id);
 }
 
+// The execution this demand joined ended.
+void joined_landed(Self self, std::uint64_t id, const LandedPtr& l) {
+  auto& st = self->state;
+  auto it = st.pending.find(id);
+  if (it == st.pending.end() || !it->second.waiting || it->second.joined == 0) return;
+  auto& p = it->second;
+  p.joined = 0;  // the csl has forgotten it already
+  stop_waiting(self, id);
+  switch (l->outcome) {
+    case Landed::Outcome::retry:
+      return execute(self, id);  // the first to claim again leads, the others join it
+    case Landed::Outcome::error:
+      return answer(self, id, l->reply);
+    case Landed::Outcome::result:
+      break;
+  }
+  const auto& stage = graph_of(self).stages[p.stage];
+  const double saved_ms = std::chrono::duration<double, std::milli>(l->cost).count();
+  svc_of(self).counters->saved_us += static_cast<std::int64_t>(saved_ms * 1000);
+  const double waited = p.waited_ms;
+  Reply r = l->reply;
+  r.served = Served::cache;
+  answer(self, id, std::move(r));
+  completed(self, stage, l->reply.body, l->ref);
+  note_demand(self, stage, false, 0, saved_ms, waited);
+}
+
 void executed(Self self, std::uint64_t id, const ExecResultPtr& r) {
   auto& st = self->state;
   auto it = st.pending.find(id);
@@ -282,7 +350,15 @@ void executed(Self self, std::uint64_t id, const ExecResultPtr& r) {
   if (!is_tool(p.demand->request.endpoint))
     self->send(svc.pricing, canon_atom::value, std::int32_t{-1});
   const auto& stage = graph_of(self).stages[p.stage];
-  if (!r->ok) return answer(self, id, error_reply(r->error));
+  if (!r->ok) {
+    auto e = error_reply(r->error);
+    // A client's disconnect must not fail the others: they claim again instead.
+    land(self, p,
+         r->error.kind == engines::ErrorKind::cancelled ? Landed::Outcome::retry
+                                                        : Landed::Outcome::error,
+         e, nullptr);
+    return answer(self, id, std::move(e));
+  }
   self->send(
       svc.pricing, cost_atom::value, stage.fingerprint,
       static_cast<std::int64_t>(r->result.engine_time.count()),
@@ -295,6 +371,7 @@ void executed(Self self, std::uint64_t id, const ExecResultPtr& r) {
   reply.served = Served::engine;
   const double waited = p.waited_ms;
   if (!p.store || reply.status != 200) {
+    land(self, p, Landed::Outcome::error, reply, nullptr);
     // A stage that writes records: its writes are in force before its answer goes out, so
     // nothing that read the old versions is served after the caller learns of the write.
     // The stage's template writes, and whatever records the tool reported writing.
@@ -325,21 +402,30 @@ void executed(Self self, std::uint64_t id, const ExecResultPtr& r) {
   in->provenance = {csl::Origin::canonical, 0, 0};
   in->ttl = st.run->ttl_of(stage);
   auto shared_reply = std::make_shared<Reply>(std::move(reply));
-  self->request(svc.csl, infinite, store_atom::value, InsertPtr(in), false)
-      .then(
-          [=](csl::InsertResult& res) {
-            const auto ref = res.status == csl::InsertStatus::stored ||
-                                     res.status == csl::InsertStatus::duplicate
-                                 ? res.ref
-                                 : csl::EntryRef{};
-            answer(self, id, std::move(*shared_reply));
-            completed(self, stage, in->bytes, ref);
-            note_demand(self, stage, false, 0, 0, waited);
-          },
-          [=](error&) {
-            answer(self, id, std::move(*shared_reply));
-            completed(self, stage, in->bytes, {});
-          });
+  auto stored = [&] {
+    if (p.execution == 0)
+      return self->request(svc.csl, infinite, store_atom::value, InsertPtr(in), false);
+    auto l = std::make_shared<Landed>();
+    l->outcome = Landed::Outcome::result;
+    l->reply = *shared_reply;
+    l->cost = r->result.engine_time;
+    return self->request(svc.csl, infinite, land_atom::value, std::exchange(p.execution, 0),
+                         LandedPtr(l), InsertPtr(in));
+  }();
+  stored.then(
+      [=](csl::InsertResult& res) {
+        const auto ref =
+            res.status == csl::InsertStatus::stored || res.status == csl::InsertStatus::duplicate
+                ? res.ref
+                : csl::EntryRef{};
+        answer(self, id, std::move(*shared_reply));
+        completed(self, stage, in->bytes, ref);
+        note_demand(self, stage, false, 0, 0, waited);
+      },
+      [=](error&) {
+        answer(self, id, std::move(*shared_reply));
+        completed(self, stage, in->bytes, {});
+      });
 }
 
 void on_demand(Self self, const DemandPtr& d) {
@@ -381,6 +467,7 @@ behavior workflow_actor(Self self, WorkflowInit init) {
   return {
       [=](demand_atom, const DemandPtr& d) { on_demand(self, d); },
       [=](engdone_atom, std::uint64_t id, const ExecResultPtr& r) { executed(self, id, r); },
+      [=](coaldone_atom, std::uint64_t id, const LandedPtr& l) { joined_landed(self, id, l); },
       [=](std::uint64_t) {},  // an engine handle (canonical requests are not cancelled here)
       [=](fstart_atom, const Hash128& name, std::uint64_t fill) {
         self->state.fills[name].fill = fill;
@@ -406,6 +493,7 @@ behavior workflow_actor(Self self, WorkflowInit init) {
         if (it == st.pending.end() || !it->second.waiting) return;
         stop_waiting(self, id);
         ++svc_of(self).counters->wait_timeouts;
+        it->second.may_join = false;  // runs now; it may still lead if nothing is in flight
         execute(self, id);
       },
       [=](settle_atom, std::uint64_t branch, const FeedbackPtr&) {

@@ -3,6 +3,7 @@
 #include "dsl/render.hpp"
 
 #include <algorithm>
+#include <future>
 
 namespace dynrt::bench {
 
@@ -97,6 +98,22 @@ RunResult drive(Runtime& rt, const dsl::TemplateGraph& g, const Run& run,
     }
   }
   return out;
+}
+
+std::string ask_engine(engines::Engine& engine, const std::string& endpoint, const json& body) {
+  struct Sink : engines::ResponseSink {
+    std::promise<std::string> p;
+    void on_chunk(std::string_view) override {}
+    void on_complete(engines::EngineResult r) override { p.set_value(std::move(r.body)); }
+    void on_error(engines::EngineError e) override { p.set_value("error: " + e.message); }
+  };
+  auto sink = std::make_shared<Sink>();
+  auto answer = sink->p.get_future();
+  engines::EngineRequest req;
+  req.endpoint = endpoint;
+  req.body = body;
+  engine.submit(std::move(req), sink);
+  return answer.get();
 }
 
 }  // namespace dynrt::bench

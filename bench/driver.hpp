@@ -8,6 +8,7 @@
 #include "actors/runtime.hpp"
 #include "bench/workloads.hpp"
 #include "dsl/template_graph.hpp"
+#include "engines/engine.hpp"
 
 #include <chrono>
 #include <string>
@@ -45,5 +46,10 @@ struct DriveOptions {
 
 RunResult drive(Runtime& runtime, const dsl::TemplateGraph& graph, const Run& run,
                 const DriveOptions& options = {});
+
+// The engine's own answer to `body` (its complete response, or "error: ..."), asked of it
+// directly without dynrt: the reference that tests and the history checker compare with.
+std::string ask_engine(engines::Engine& engine, const std::string& endpoint,
+                       const nlohmann::json& body);
 
 }  // namespace dynrt::bench

@@ -21,22 +21,8 @@ json chat_body(const std::string& text) {
 TEST(Runtime, UntaggedUnknownWorkflowAndUnknownStagePassStraightThrough) {
   Rig rig(bench::make_workload(graph("routing"), {1, 1, 1.0}), {});
   const json body = chat_body("hello");
-  const auto direct = [&] {
-    engines::sim::SimEngine e(engines::sim::SimParams{}, rig.workload.script, {0, "sim"});
-    std::promise<std::string> p;
-    struct Sink : engines::ResponseSink {
-      std::promise<std::string>* p;
-      void on_chunk(std::string_view) override {}
-      void on_complete(engines::EngineResult r) override { p->set_value(r.body); }
-      void on_error(engines::EngineError e) override { p->set_value("error: " + e.message); }
-    };
-    auto sink = std::make_shared<Sink>();
-    sink->p = &p;
-    engines::EngineRequest req;
-    req.body = body;
-    e.submit(std::move(req), sink);
-    return p.get_future().get();
-  }();
+  engines::sim::SimEngine e(engines::sim::SimParams{}, rig.workload.script, {0, "sim"});
+  const auto direct = bench::ask_engine(e, "/v1/chat/completions", body);
   for (const Tags& tags : {Tags{}, Tags{"no-such-workflow", "w1", "x"},
                            Tags{"routing", "w1", "nope"}, Tags{"routing", "", "router"}}) {
     const auto r = rig.runtime->complete({"/v1/chat/completions", body, tags}).get();
