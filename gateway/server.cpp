@@ -1,5 +1,7 @@
 #include "gateway/server.hpp"
 
+#include "gateway/request.hpp"
+
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -7,6 +9,8 @@
 
 #include <sys/socket.h>
 
+#include <array>
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdio>
@@ -29,20 +33,24 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using nlohmann::json;
 
-std::string openai_error(std::string_view message, std::string_view type, int code) {
-  return json{{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}}
-      .dump();
+// Messages may quote what a client sent (a path, a header): bytes that are not UTF-8 are
+// replaced, so that writing the error can never fail.
+std::string openai_error(std::string_view message, std::string_view type, int code,
+                         std::string_view param = {}) {
+  const json p = param.empty() ? json(nullptr) : json(param);
+  return json{{"error", {{"message", message}, {"type", type}, {"param", p}, {"code", code}}}}.dump(
+      -1, ' ', false, json::error_handler_t::replace);
 }
-
-constexpr std::string_view kToolsPrefix = "/v1/dynrt/tools/";
 
 }  // namespace
 
 struct Gateway::Impl {
   Runtime& runtime;
   GatewayOptions options;
+  std::atomic<std::size_t> sessions{0};  // open connections; before ioc, whose end ends them
   net::io_context ioc;
   tcp::acceptor acceptor{ioc};
+  net::steady_timer accept_pause{ioc};  // after a failed accept (out of descriptors)
   std::vector<std::thread> threads;
   std::uint16_t bound_port = 0;
 
@@ -52,6 +60,7 @@ struct Gateway::Impl {
 
   Impl(Runtime& r, GatewayOptions o) : runtime(r), options(std::move(o)) {}
   void accept();
+  void refuse(tcp::socket socket);
   void track(CallId id, bool on) {
     std::lock_guard lock(active_mutex);
     if (on)
@@ -67,16 +76,42 @@ namespace {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, Gateway::Impl& gw)
-      : stream_(std::move(socket)), deadline_(stream_.get_executor()), gw_(gw) {}
+      : stream_(std::move(socket)), deadline_(stream_.get_executor()), gw_(gw) {
+    ++gw_.sessions;
+  }
+  ~Session() { --gw_.sessions; }
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
 
   void start() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read(); });
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_request(); });
   }
 
  private:
   // -- reading and routing -------------------------------------------------------------------
 
+  // Between requests on a kept-alive connection: wait up to idle_timeout for the next one to
+  // begin, then give it the request deadline from its first byte.
   void read() {
+    if (buffer_.size() > 0) return read_request();  // pipelined: already here
+    idling_ = true;
+    deadline_.expires_after(gw_.options.idle_timeout);
+    deadline_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec || !self->idling_) return;
+      self->idling_ = false;
+      self->close();
+    });
+    stream_.socket().async_wait(tcp::socket::wait_read,
+                                [self = shared_from_this()](beast::error_code ec) {
+                                  if (!self->idling_) return;
+                                  self->idling_ = false;
+                                  self->deadline_.cancel();
+                                  if (ec) return self->close();
+                                  self->read_request();
+                                });
+  }
+
+  void read_request() {
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(gw_.options.max_header_bytes));
     parser_->body_limit(gw_.options.max_body_bytes);
@@ -114,10 +149,20 @@ class Session : public std::enable_shared_from_this<Session> {
       return error(http::status::request_header_fields_too_large,
                    "the request headers are over the limit of " +
                        std::to_string(gw_.options.max_header_bytes) + " bytes");
+    if (ec == http::error::bad_transfer_encoding || ec == http::error::bad_content_length)
+      return error(http::status::bad_request,
+                   "conflicting or malformed Content-Length and Transfer-Encoding headers "
+                   "(the connection is closed)");
     if (ec == http::error::end_of_stream || ec == net::error::eof ||
         ec == net::error::connection_reset || ec == net::error::operation_aborted)
       return close();
     if (ec) return error(http::status::bad_request, "malformed HTTP request: " + ec.message());
+    // Beast reads a body only when it is chunked or has a Content-Length; any other transfer
+    // coding leaves its length unknown (RFC 9112 section 6.3).
+    if (parser_->get().find(http::field::transfer_encoding) != parser_->get().end() &&
+        !parser_->get().chunked())
+      return error(http::status::bad_request,
+                   "only the chunked Transfer-Encoding is supported (the connection is closed)");
     request_ = parser_->release();
     keep_alive_ = request_.keep_alive();
     handle();
@@ -138,7 +183,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (path == "/v1/chat/completions" || path == "/v1/completions")
       return post ? completion(path) : not_allowed();
     if (path.rfind(kToolsPrefix, 0) == 0 && path.size() > kToolsPrefix.size())
-      return post ? tool(path) : not_allowed();
+      return post ? completion(path) : not_allowed();
     if (path == "/v1/dynrt/writes") return post ? writes() : not_allowed();
     error(http::status::not_found, "no route for " + path);
   }
@@ -155,57 +200,19 @@ class Session : public std::enable_shared_from_this<Session> {
     return t;
   }
 
-  std::optional<json> json_body() {
-    json body = json::parse(request_.body(), nullptr, false);
-    if (body.is_discarded()) {
-      error(http::status::bad_request, "the request body is not valid JSON");
-      return std::nullopt;
-    }
-    if (!body.is_object()) {
-      error(http::status::bad_request, "the request body must be a JSON object");
-      return std::nullopt;
-    }
-    return body;
-  }
-
+  // A model call or a tool call (its body the arguments).
   void completion(const std::string& path) {
-    auto body = json_body();
-    if (!body) return;
-    if (body->contains("stream") && !(*body)["stream"].is_boolean())
-      return error(http::status::bad_request, "`stream` must be a boolean");
-    if (body->contains("model") && !(*body)["model"].is_string())
-      return error(http::status::bad_request, "`model` must be a string");
-    const bool chat = path == "/v1/chat/completions";
-    if (chat && !(body->contains("messages") && (*body)["messages"].is_array()))
-      return error(http::status::bad_request, "`messages` must be an array");
-    if (!chat && !(body->contains("prompt") &&
-                   ((*body)["prompt"].is_string() || (*body)["prompt"].is_array())))
-      return error(http::status::bad_request, "`prompt` must be a string or an array");
-    streaming_ = body->value("stream", false);
-    call(Request{path, std::move(*body), tags()});
-  }
-
-  void tool(const std::string& path) {
-    auto body = json_body();
-    if (!body) return;
-    streaming_ = false;
-    call(Request{path, std::move(*body), tags()});
+    ParsedCall parsed = parse_call(path, request_.body(), tags());
+    if (!parsed.ok()) return invalid(parsed.invalid);
+    streaming_ = parsed.stream;
+    call(std::move(parsed.request));
   }
 
   void writes() {
-    auto body = json_body();
-    if (!body) return;
-    const auto keys = body->find("keys");
-    if (keys == body->end() || !keys->is_array())
-      return error(http::status::bad_request, "`keys` must be an array of record keys");
-    std::vector<std::string> list;
-    for (const auto& k : *keys) {
-      if (!k.is_string() || k.get<std::string>().empty())
-        return error(http::status::bad_request, "every record key must be a non-empty string");
-      list.push_back(k.get<std::string>());
-    }
-    const auto n = list.size();
-    gw_.runtime.write(std::move(list), [self = shared_from_this(), n](std::size_t removed) {
+    ParsedWrites parsed = parse_writes(request_.body());
+    if (!parsed.ok()) return invalid(parsed.invalid);
+    const auto n = parsed.keys.size();
+    gw_.runtime.write(std::move(parsed.keys), [self = shared_from_this(), n](std::size_t removed) {
       net::post(self->stream_.get_executor(), [self, n, removed] {
         self->respond(http::status::ok, json{{"written", n}, {"invalidated", removed}}.dump(),
                       "application/json");
@@ -347,6 +354,11 @@ class Session : public std::enable_shared_from_this<Session> {
     close();
   }
 
+  void invalid(const Invalid& why) {
+    respond(http::status::bad_request,
+            openai_error(why.message, "invalid_request_error", 400, why.param), "application/json");
+  }
+
   void error(http::status status, std::string_view message) {
     const int code = static_cast<int>(status);
     const char* type = code == 404   ? "not_found_error"
@@ -399,6 +411,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool closed_ = false;
   bool in_flight_ = false;
   bool reading_ = false;
+  bool idling_ = false;
   bool timed_out_ = false;
   Served served_ = Served::engine;
   CallId call_ = 0;
@@ -411,13 +424,83 @@ class Session : public std::enable_shared_from_this<Session> {
 void Gateway::Impl::accept() {
   acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted) return;
-    if (!ec) {
+    if (ec) {  // EMFILE and the like: retrying at once would spin on the same pending connection
+      accept_pause.expires_after(std::chrono::milliseconds(100));
+      accept_pause.async_wait([this](beast::error_code e) {
+        if (!e) accept();
+      });
+      return;
+    }
+    if (sessions.load() >= options.max_connections) {
+      refuse(std::move(socket));
+    } else {
       beast::error_code ignored;
       socket.set_option(tcp::no_delay(true), ignored);  // streamed events are small: no Nagle
       std::make_shared<Session>(std::move(socket), *this)->start();
     }
     accept();
   });
+}
+
+namespace {
+
+// A connection over the cap: told 503 at once, then closed. It is not a Session; it only
+// drains what the client sent (so the close does not reset the connection before the client
+// has read the answer) for at most a second.
+struct Refusal : std::enable_shared_from_this<Refusal> {
+  tcp::socket socket;
+  net::steady_timer timer;
+  std::string response;
+  std::array<char, 1024> sink{};
+
+  Refusal(tcp::socket s, std::string r)
+      : socket(std::move(s)), timer(socket.get_executor()), response(std::move(r)) {}
+
+  void start() {
+    timer.expires_after(std::chrono::seconds(1));
+    timer.async_wait([self = shared_from_this()](beast::error_code) {
+      beast::error_code ignored;
+      self->socket.close(ignored);
+    });
+    net::async_write(socket, net::buffer(response),
+                     [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                       if (ec) {
+                         self->timer.cancel();
+                         return;
+                       }
+                       beast::error_code ignored;
+                       self->socket.shutdown(tcp::socket::shutdown_send, ignored);
+                       self->drain();
+                     });
+  }
+  void drain() {
+    socket.async_read_some(net::buffer(sink),
+                           [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                             if (ec) {  // the client closed, or the second is over
+                               self->timer.cancel();
+                               return;
+                             }
+                             self->drain();
+                           });
+  }
+};
+
+}  // namespace
+
+void Gateway::Impl::refuse(tcp::socket socket) {
+  const std::string body =
+      openai_error("the server is at its limit of " + std::to_string(options.max_connections) +
+                       " connections; retry shortly",
+                   "server_error", 503);
+  http::response<http::string_body> res(http::status::service_unavailable, 11);
+  res.set(http::field::content_type, "application/json");
+  res.set(http::field::retry_after, "1");
+  res.keep_alive(false);
+  res.body() = body;
+  res.prepare_payload();
+  std::ostringstream out;
+  out << res;
+  std::make_shared<Refusal>(std::move(socket), out.str())->start();
 }
 
 Gateway::Gateway(Runtime& runtime, GatewayOptions options)
@@ -451,6 +534,7 @@ void Gateway::stop(std::chrono::milliseconds grace) {
   net::post(impl_->ioc, [this] {
     beast::error_code ec;
     impl_->acceptor.close(ec);
+    impl_->accept_pause.cancel();
   });
   {
     std::unique_lock lock(impl_->active_mutex);
@@ -493,6 +577,9 @@ std::string prometheus_text(const RuntimeStats& s) {
          static_cast<double>(s.fills_cancelled));
   metric("dynrt_fills_failed_total", "counter", "Fills that failed (a miss, never an answer).",
          static_cast<double>(s.fills_failed));
+  metric("dynrt_coalesced_total", "counter",
+         "Demands that joined an identical execution in flight instead of running it again.",
+         static_cast<double>(s.coalesced));
   metric("dynrt_shadows_discarded_total", "counter", "Fill results discarded unused.",
          static_cast<double>(s.shadows_discarded));
   metric("dynrt_engine_saved_seconds_total", "counter",

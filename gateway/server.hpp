@@ -11,9 +11,12 @@
 // request without them is forwarded unchanged. The X-DynRT-Served response header says how an
 // answer was produced (engine, fill or cache); the body never does. A client that disconnects
 // while its call runs has the call cancelled. Errors use the OpenAI shape {"error": {"message",
-// "type", "code"}}: 400 malformed JSON or fields, 404 unknown route, 405 wrong method, 408
-// header deadline, 413 body over the limit (refused before it is buffered), 431 headers too
-// large, and the engine's status or 502/504 for engine failures.
+// "type", "param", "code"}}: 400 malformed JSON or fields (gateway/request.hpp says what is
+// checked), conflicting Content-Length and Transfer-Encoding or a transfer coding other than
+// chunked (then the connection is closed), 404 unknown route, 405 wrong method, 408 request
+// deadline, 413 body over the limit (refused before it is buffered), 431 headers too large,
+// 503 with Retry-After over the connection cap, and the engine's status or 502/504 for engine
+// failures.
 //
 // Asynchronous on Boost.Asio/Beast with a small fixed pool of I/O threads, never a thread per
 // request; Runtime callbacks are posted to each connection's strand.
@@ -36,6 +39,8 @@ struct GatewayOptions {
   std::size_t max_body_bytes = std::size_t{8} << 20;
   std::size_t max_header_bytes = std::size_t{16} << 10;
   std::chrono::milliseconds header_timeout{10'000};  // to receive a whole request
+  std::chrono::milliseconds idle_timeout{60'000};    // a kept-alive connection waiting for more
+  std::size_t max_connections = 4096;                // over it: 503 with Retry-After, closed
   std::vector<std::string> models;                   // what /v1/models lists
 };
 

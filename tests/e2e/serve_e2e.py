@@ -13,6 +13,7 @@ import http.client
 import json
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -160,6 +161,14 @@ def main():
                              timeout=30)
     check(refused.returncode == 1 and "w.yaml:" in refused.stderr and "error" in refused.stderr,
           "dynrt serve refuses templates with errors: %d %s" % (refused.returncode, refused.stderr[:200]))
+    # A connection cap the descriptor limit cannot hold: refused at start, naming both.
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 10_000_000:
+        capped = subprocess.run([DYNRT, "serve", "templates", "--port", "0", "--max-connections",
+                                 "10000000"], capture_output=True, text=True, timeout=30)
+        check(capped.returncode == 2 and "RLIMIT_NOFILE" in capped.stderr,
+              "dynrt serve refuses a cap over the descriptor limit: %d %s" %
+              (capped.returncode, capped.stderr[:200]))
     full, full_port = start([DYNRT, "serve"] + common + ["--header-timeout-ms", "1000"], r":(\d+) ")
     # The floor from a configuration file: both switches off.
     with open(os.path.join(tmp, "floor.yaml"), "w") as f:

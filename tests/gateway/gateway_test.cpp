@@ -1,0 +1,403 @@
+// The gateway under hostile HTTP: a Gateway on port 0 over an embedded Runtime on the simulated
+// engine, spoken to with raw POSIX sockets (a receive timeout turns a hang into a failure).
+// Every refused request must leave the runtime's counters untouched.
+#include "engines/sim/engine.hpp"
+#include "gateway/server.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace dynrt::gateway {
+namespace {
+
+using nlohmann::json;
+
+// A blocking client connection; every receive gives up after 10 s.
+class Conn {
+ public:
+  explicit Conn(std::uint16_t port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    timeval tv{10, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  }
+  ~Conn() { ::close(fd_); }
+  Conn(const Conn&) = delete;
+  Conn& operator=(const Conn&) = delete;
+
+  bool connected() const { return connected_; }
+  bool readable() const {
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+  }
+  bool send(std::string_view bytes) {
+    while (!bytes.empty()) {
+      const auto n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      bytes.remove_prefix(static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+  // Everything until the server closes (or the timeout: then `timed_out`).
+  std::string read_all() {
+    std::string out;
+    char buf[65536];
+    for (;;) {
+      const auto n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n < 0) timed_out = errno == EAGAIN || errno == EWOULDBLOCK;
+      if (n <= 0) return out;
+      out.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+  // One response with a Content-Length body; empty when the connection ended first.
+  std::string read_response() {
+    for (;;) {
+      const auto head = pending_.find("\r\n\r\n");
+      if (head != std::string::npos) {
+        std::size_t length = 0;
+        const auto cl = lower(pending_.substr(0, head)).find("content-length:");
+        if (cl != std::string::npos) length = std::stoul(pending_.substr(cl + 15));
+        if (pending_.size() >= head + 4 + length) {
+          std::string r = pending_.substr(0, head + 4 + length);
+          pending_.erase(0, head + 4 + length);
+          return r;
+        }
+      }
+      char buf[65536];
+      const auto n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n < 0) timed_out = errno == EAGAIN || errno == EWOULDBLOCK;
+      if (n <= 0) return {};
+      pending_.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+  // After the responses read so far: does the server close the connection (no more bytes)?
+  bool closed_by_server() { return pending_.empty() && read_all().empty() && !timed_out; }
+
+  bool timed_out = false;
+
+ private:
+  static std::string lower(std::string s) {
+    for (auto& c : s)
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  }
+  int fd_;
+  bool connected_ = false;
+  std::string pending_;
+};
+
+int status_of(const std::string& response) {
+  return response.size() > 12 ? std::stoi(response.substr(9, 3)) : 0;
+}
+std::string body_of(const std::string& response) {
+  const auto head = response.find("\r\n\r\n");
+  return head == std::string::npos ? std::string() : response.substr(head + 4);
+}
+bool has_header(const std::string& response, std::string_view line) {
+  return response.substr(0, response.find("\r\n\r\n")).find(line) != std::string::npos;
+}
+
+std::string post(std::string_view path, std::string_view body, std::string_view extra = "",
+                 bool close = true) {
+  return std::string("POST ") + std::string(path) + " HTTP/1.1\r\nHost: x\r\n" +
+         "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n" + std::string(extra) + (close ? "Connection: close\r\n" : "") + "\r\n" +
+         std::string(body);
+}
+
+const std::string kChat =
+    R"({"model":"sim","max_tokens":4,"messages":[{"role":"user","content":"hi"}]})";
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  void start(GatewayOptions o = {}) {
+    engines::sim::SimEngineOptions so;
+    so.time_scale = 0;
+    RuntimeConfig cfg;
+    cfg.engines.push_back({"sim",
+                           std::make_shared<engines::sim::SimEngine>(engines::sim::SimParams{},
+                                                                     engines::sim::Script{}, so),
+                           {}});
+    cfg.template_paths = {"templates"};
+    auto rt = Runtime::create(cfg);
+    ASSERT_TRUE(rt.ok()) << rt.error().message;
+    runtime_ = std::move(*rt);
+    gateway_ = std::make_unique<Gateway>(*runtime_, std::move(o));
+  }
+  void TearDown() override {
+    gateway_.reset();
+    if (runtime_) runtime_->shutdown();
+  }
+  std::uint16_t port() const { return gateway_->port(); }
+  // One request on its own connection; the whole answer.
+  std::string exchange(std::string_view raw) {
+    Conn c(port());
+    EXPECT_TRUE(c.connected());
+    c.send(raw);
+    std::string r = c.read_all();
+    EXPECT_FALSE(c.timed_out) << "no answer to " << raw.substr(0, 200);
+    return r;
+  }
+  // Nothing reached the runtime.
+  void expect_untouched() {
+    const RuntimeStats s = runtime_->stats();
+    EXPECT_EQ(s.requests, 0u);
+    EXPECT_EQ(s.passthrough, 0u);
+    EXPECT_EQ(s.served_engine, 0u);
+  }
+
+  std::unique_ptr<Runtime> runtime_;
+  std::unique_ptr<Gateway> gateway_;
+};
+
+// The error shape every refusal has; returns the error object.
+json expect_error(const std::string& response, int status) {
+  EXPECT_EQ(status_of(response), status) << response.substr(0, 400);
+  const json body = json::parse(body_of(response), nullptr, false);
+  EXPECT_TRUE(body.is_object() && body.contains("error")) << body_of(response).substr(0, 400);
+  if (!body.is_object() || !body.contains("error")) return json::object();
+  const json& e = body["error"];
+  EXPECT_TRUE(e["message"].is_string());
+  EXPECT_TRUE(e["type"].is_string());
+  EXPECT_TRUE(e.contains("param"));
+  EXPECT_EQ(e["code"], status);
+  return e;
+}
+
+TEST_F(GatewayTest, AValidCallIsServed) {
+  start();
+  const std::string r = exchange(post("/v1/chat/completions", kChat));
+  EXPECT_EQ(status_of(r), 200) << r;
+  EXPECT_EQ(runtime_->stats().requests, 1u);
+}
+
+TEST_F(GatewayTest, HostileBodiesAreRefusedWithTheFieldAtFault) {
+  start();
+  struct Case {
+    std::string path, body, message, param;
+  };
+  const std::string deep(100'000, '[');
+  const std::vector<Case> cases = {
+      {"/v1/chat/completions", R"({"model": "sim", "messages": [)", "not valid JSON", ""},
+      {"/v1/chat/completions", "", "not valid JSON", ""},
+      {"/v1/chat/completions", deep, "deeper than 256 levels", ""},
+      {"/v1/chat/completions", R"({"messages": [], "model": "a", "model": "b"})", "appears twice",
+       ""},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "\ud800"}]})",
+       "surrogate", ""},
+      {"/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"\xff\"}]}",
+       "UTF-8", ""},
+      {"/v1/chat/completions", "[1, 2]", "must be a JSON object", ""},
+      {"/v1/chat/completions", R"({"messages": {"role": "user"}})", "`messages` must be an array",
+       "messages"},
+      {"/v1/chat/completions", R"({"model": 7, "messages": []})", "`model` must be a string",
+       "model"},
+      {"/v1/chat/completions", R"({"messages": [], "stream": "yes"})", "`stream` must be a boolean",
+       "stream"},
+      {"/v1/chat/completions", R"({"messages": [], "max_tokens": "10"})", "`max_tokens` must be",
+       "max_tokens"},
+      {"/v1/chat/completions", R"({"messages": [], "max_tokens": 1.5})", "`max_tokens` must be",
+       "max_tokens"},
+      {"/v1/chat/completions", R"({"messages": [], "max_tokens": -1})", "`max_tokens` must be",
+       "max_tokens"},
+      {"/v1/chat/completions", R"({"messages": [], "n": 0})", "`n` must be", "n"},
+      {"/v1/chat/completions", R"({"messages": [], "temperature": "hot"})",
+       "`temperature` must be a number", "temperature"},
+      {"/v1/chat/completions", R"({"messages": [], "stop": [1]})", "`stop` must be", "stop"},
+      {"/v1/chat/completions", R"({"messages": [1]})", "`messages[0]` must be an object",
+       "messages[0]"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user"}, {"content": "x"}]})",
+       "`messages[1].role` must be a string", "messages[1].role"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": 3}]})",
+       "`messages[0].content` must be", "messages[0].content"},
+      {"/v1/completions", R"({"prompt": 3})", "`prompt` must be", "prompt"},
+      {"/v1/completions", R"({"model": "sim"})", "`prompt` must be", "prompt"},
+      {"/v1/dynrt/tools/lookup", "[]", "must be a JSON object", ""},
+      {"/v1/dynrt/writes", R"({"keys": "k"})", "`keys` must be an array", "keys"},
+      {"/v1/dynrt/writes", R"({"keys": ["a", ""]})", "non-empty string", "keys"},
+      {"/v1/dynrt/writes", R"({"keys": ["a"], "keys": ["b"]})", "appears twice", ""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.path + " " + c.body.substr(0, 80));
+    const json e = expect_error(exchange(post(c.path, c.body)), 400);
+    EXPECT_NE(e.value("message", "").find(c.message), std::string::npos) << e.dump();
+    EXPECT_EQ(e["param"], c.param.empty() ? json(nullptr) : json(c.param));
+  }
+  expect_untouched();
+  EXPECT_EQ(runtime_->stats().writes, 0u);
+}
+
+TEST_F(GatewayTest, HostileTagsAndPathsAreRefusedCleanly) {
+  start();
+  json e = expect_error(
+      exchange(post("/v1/chat/completions", kChat, "X-DynRT-Stage: \xff\xfe\r\n")), 400);
+  EXPECT_EQ(e["param"], "X-DynRT-Stage");
+  e = expect_error(exchange(post("/v1/chat/completions", kChat,
+                                 "X-DynRT-Workflow: " + std::string(300, 'w') + "\r\n")),
+                   400);
+  EXPECT_EQ(e["param"], "X-DynRT-Workflow");
+  // A path that is not UTF-8 is quoted in the message; the body stays valid JSON.
+  e = expect_error(exchange("GET /\xff\xc0 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 404);
+  expect_error(exchange(post("/v1/dynrt/tools/a\x01b", "{}")), 400);
+  expect_untouched();
+}
+
+TEST_F(GatewayTest, AHundredThousandMessagesAreServed) {
+  start();
+  json body = {{"model", "sim"}, {"max_tokens", 1}, {"messages", json::array()}};
+  for (int i = 0; i < 100'000; ++i)
+    body["messages"].push_back({{"role", "user"}, {"content", "m"}});
+  const std::string text = body.dump();
+  ASSERT_LT(text.size(), GatewayOptions{}.max_body_bytes);
+  const std::string r = exchange(post("/v1/chat/completions", text));
+  EXPECT_EQ(status_of(r), 200) << r.substr(0, 400);
+}
+
+TEST_F(GatewayTest, OversizedBodiesAndHeadsAreRefused) {
+  GatewayOptions o;
+  o.max_body_bytes = 1000;
+  o.max_header_bytes = 1000;
+  start(o);
+  expect_error(exchange(post("/v1/chat/completions", std::string(2000, ' '))), 413);
+  expect_error(
+      exchange(post("/v1/chat/completions", kChat, "X-Filler: " + std::string(2000, 'x') + "\r\n")),
+      431);
+  // Chunked bodies are read within the same limit.
+  expect_error(exchange("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+                        "chunked\r\nConnection: close\r\n\r\n7d0\r\n" +
+                        std::string(2000, ' ') + "\r\n0\r\n\r\n"),
+               413);
+  expect_untouched();
+}
+
+TEST_F(GatewayTest, ChunkedBodiesWithinTheLimitAreAccepted) {
+  start();
+  char size[16];
+  std::snprintf(size, sizeof size, "%zx", kChat.size() - 10);
+  const std::string r = exchange(
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+      "Connection: close\r\n\r\n" +
+      std::string(size) + "\r\n" + kChat.substr(0, kChat.size() - 10) + "\r\na\r\n" +
+      kChat.substr(kChat.size() - 10) + "\r\n0\r\n\r\n");
+  EXPECT_EQ(status_of(r), 200) << r;
+}
+
+TEST_F(GatewayTest, SmugglingShapesAreRefusedAndTheConnectionClosed) {
+  start();
+  for (const std::string te : {"chunked", "gzip", "gzip, chunked"}) {
+    SCOPED_TRACE(te);
+    Conn c(port());
+    c.send("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+           std::to_string(kChat.size()) + "\r\nTransfer-Encoding: " + te + "\r\n\r\n" + kChat);
+    const std::string r = c.read_response();
+    expect_error(r, 400);
+    EXPECT_TRUE(has_header(r, "Connection: close")) << r;
+    EXPECT_TRUE(c.closed_by_server());
+  }
+  {  // a transfer coding other than chunked, alone
+    Conn c(port());
+    c.send("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n" +
+           kChat);
+    expect_error(c.read_response(), 400);
+    EXPECT_TRUE(c.closed_by_server());
+  }
+  expect_untouched();
+}
+
+TEST_F(GatewayTest, BytesBeyondContentLengthAreAMalformedNextRequest) {
+  start();
+  Conn c(port());
+  c.send(post("/v1/chat/completions", kChat, "", false) + "}garbage\r\n\r\n");
+  EXPECT_EQ(status_of(c.read_response()), 200);
+  expect_error(c.read_response(), 400);
+  EXPECT_TRUE(c.closed_by_server());
+}
+
+TEST_F(GatewayTest, ABodyShorterThanContentLengthTimesOut) {
+  GatewayOptions o;
+  o.header_timeout = std::chrono::milliseconds(200);
+  start(o);
+  Conn c(port());
+  const std::string raw = post("/v1/chat/completions", kChat);
+  c.send(raw.substr(0, raw.size() - 5));
+  expect_error(c.read_response(), 408);
+  EXPECT_TRUE(c.closed_by_server());
+  expect_untouched();
+}
+
+// The deadline covers the whole request: a client trickling bytes does not extend it.
+TEST_F(GatewayTest, ATricklingClientGets408) {
+  GatewayOptions o;
+  o.header_timeout = std::chrono::milliseconds(200);
+  start(o);
+  Conn c(port());
+  const std::string raw = post("/v1/chat/completions", kChat);
+  for (const char byte : raw) {  // ~40 ms a byte: the request would take seconds
+    if (!c.send(std::string_view(&byte, 1))) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    if (c.readable()) break;  // the answer came: stop before the close could reset it
+  }
+  expect_error(c.read_response(), 408);
+  expect_untouched();
+}
+
+TEST_F(GatewayTest, ConnectionsOverTheCapGet503AndAreClosed) {
+  GatewayOptions o;
+  o.max_connections = 2;
+  start(o);
+  Conn a(port()), b(port());
+  ASSERT_TRUE(a.connected() && b.connected());
+  Conn over(port());
+  over.send(post("/v1/chat/completions", kChat));
+  const std::string r = over.read_response();
+  const json e = expect_error(r, 503);
+  EXPECT_NE(e.value("message", "").find("limit of 2 connections"), std::string::npos);
+  EXPECT_TRUE(has_header(r, "Retry-After: 1")) << r;
+  EXPECT_TRUE(over.closed_by_server());
+  expect_untouched();
+  // The connections within the cap still work.
+  a.send(post("/v1/chat/completions", kChat));
+  EXPECT_EQ(status_of(a.read_response()), 200);
+}
+
+TEST_F(GatewayTest, IdleKeptAliveConnectionsAreClosed) {
+  GatewayOptions o;
+  o.idle_timeout = std::chrono::milliseconds(100);
+  start(o);
+  Conn c(port());
+  c.send(post("/v1/chat/completions", kChat, "", false));
+  const std::string r = c.read_response();
+  EXPECT_EQ(status_of(r), 200);
+  EXPECT_FALSE(has_header(r, "Connection: close"));
+  EXPECT_TRUE(c.closed_by_server());  // within the 10 s receive timeout
+}
+
+TEST_F(GatewayTest, KeptAliveConnectionsServeSeveralRequests) {
+  start();
+  Conn c(port());
+  for (int i = 0; i < 3; ++i) {
+    c.send(post("/v1/chat/completions", kChat, "", false));
+    EXPECT_EQ(status_of(c.read_response()), 200);
+  }
+}
+
+}  // namespace
+}  // namespace dynrt::gateway
