@@ -11,6 +11,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <pthread.h>
+#include <sys/resource.h>
+
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -21,9 +24,17 @@ namespace dynrt::cli {
 
 namespace {
 
-volatile std::sig_atomic_t g_stop = 0;
-void on_signal(int) {
-  g_stop = 1;
+// SIGINT and SIGTERM stop the gateway, SIGHUP reloads the templates. They are blocked in
+// every thread (the mask is set before any thread starts, and threads inherit it) and taken
+// synchronously by the main thread with sigwait(), so no handler ever runs on an I/O or actor
+// thread and reloading is ordinary code, not async-signal-safe code.
+sigset_t control_signals() {
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, SIGINT);
+  sigaddset(&s, SIGTERM);
+  sigaddset(&s, SIGHUP);
+  return s;
 }
 
 struct EngineSpec {
@@ -52,6 +63,8 @@ struct ServeOptions {
   std::size_t max_body_bytes = std::size_t{8} << 20;
   std::size_t max_header_bytes = std::size_t{16} << 10;
   int header_timeout_ms = 10'000;
+  int idle_timeout_ms = 60'000;
+  std::size_t max_connections = 4096;
   int workflow_idle_ms = 60'000;
   int shutdown_grace_ms = 10'000;
 };
@@ -119,6 +132,10 @@ bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) 
         o.max_header_bytes = l["max_header_bytes"].as<std::size_t>();
       if (l["header_timeout_ms"] && !given("--header-timeout-ms"))
         o.header_timeout_ms = l["header_timeout_ms"].as<int>();
+      if (l["idle_timeout_ms"] && !given("--idle-timeout-ms"))
+        o.idle_timeout_ms = l["idle_timeout_ms"].as<int>();
+      if (l["max_connections"] && !given("--max-connections"))
+        o.max_connections = l["max_connections"].as<std::size_t>();
       if (l["workflow_idle_ms"] && !given("--workflow-idle-ms"))
         o.workflow_idle_ms = l["workflow_idle_ms"].as<int>();
       if (l["shutdown_grace_ms"] && !given("--shutdown-grace-ms"))
@@ -132,6 +149,26 @@ bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) 
     return false;
   }
   return true;
+}
+
+// Every connection holds a file descriptor: the soft RLIMIT_NOFILE is raised to the hard limit,
+// and a connection cap the limit cannot hold (with room for the engines, templates and
+// refused connections) is refused at start rather than found out under load.
+bool raise_descriptor_limit(std::size_t max_connections) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return true;
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  constexpr rlim_t kReserve = 256;
+  if (limit.rlim_cur == RLIM_INFINITY || max_connections + kReserve <= limit.rlim_cur) return true;
+  std::cerr << "dynrt serve: --max-connections " << max_connections << " needs "
+            << max_connections + kReserve << " file descriptors, but RLIMIT_NOFILE allows "
+            << limit.rlim_cur << " (hard limit " << limit.rlim_max
+            << "); lower --max-connections or raise the limit (ulimit -n)\n";
+  return false;
 }
 
 std::string summary(const dsl::TemplateGraph& g) {
@@ -148,6 +185,8 @@ std::string summary(const dsl::TemplateGraph& g) {
 }
 
 int serve(ServeOptions o, const CLI::App& cmd) {
+  const sigset_t signals = control_signals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   if (!o.config.empty() && !load_config(o.config, o, cmd)) return kExitUsage;
   for (const auto& f : o.engine_flags)
     o.engines.push_back(parse_engine_flag(f));
@@ -266,12 +305,17 @@ int serve(ServeOptions o, const CLI::App& cmd) {
   go.max_body_bytes = o.max_body_bytes;
   go.max_header_bytes = o.max_header_bytes;
   go.header_timeout = std::chrono::milliseconds(o.header_timeout_ms);
+  go.idle_timeout = std::chrono::milliseconds(o.idle_timeout_ms);
+  go.max_connections = o.max_connections;
+  if (o.max_connections == 0) {
+    std::cerr << "dynrt serve: --max-connections must be at least 1\n";
+    return kExitUsage;
+  }
+  if (!raise_descriptor_limit(o.max_connections)) return kExitUsage;
   // /v1/models lists the models the engines were configured with (the embedded engine answers
   // to any name and calls itself "sim").
   go.models = models;
   if (go.models.empty() && o.engines.front().url == "sim") go.models = {"sim"};
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
   std::unique_ptr<gateway::Gateway> gw;
   try {
     gw = std::make_unique<gateway::Gateway>(**runtime, go);
@@ -285,10 +329,23 @@ int serve(ServeOptions o, const CLI::App& cmd) {
   for (const auto* g : report.graphs())
     std::printf("%s\n", summary(*g).c_str());
   std::fflush(stdout);
-  sigset_t none;
-  sigemptyset(&none);
-  while (!g_stop)
-    sigsuspend(&none);  // sleep until a signal
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&signals, &sig) != 0 || sig != SIGHUP) break;
+    // A template being edited may be caught half-written: then it does not lint clean, the
+    // old graphs keep serving, and the next SIGHUP tries again.
+    auto loaded = (*runtime)->reload();
+    if (!loaded) {
+      std::fprintf(stderr, "dynrt serve: reload refused, still serving the previous templates\n%s",
+                   loaded.error().message.c_str());
+      continue;
+    }
+    std::string names;
+    for (const auto& n : *loaded)
+      names += (names.empty() ? "" : ", ") + n;
+    std::fprintf(stderr, "dynrt serve: reloaded %zu workflow(s): %s\n", loaded->size(),
+                 names.c_str());
+  }
   std::fprintf(stderr, "dynrt serve: stopping\n");
   gw->stop(std::chrono::milliseconds(o.shutdown_grace_ms));
   (*runtime)->shutdown();
@@ -342,6 +399,14 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--header-timeout-ms", o->header_timeout_ms,
                   "Time a client has to send a whole request (408 after)")
       ->check(CLI::Range(1, 3'600'000))
+      ->capture_default_str();
+  cmd->add_option("--idle-timeout-ms", o->idle_timeout_ms,
+                  "A kept-alive connection waiting for its next request is closed after this")
+      ->check(CLI::Range(1, 86'400'000))
+      ->capture_default_str();
+  cmd->add_option("--max-connections", o->max_connections,
+                  "Open connections at most; more are answered 503 with Retry-After and closed")
+      ->check(CLI::Range(1, 10'000'000))
       ->capture_default_str();
   cmd->add_option("--workflow-idle-ms", o->workflow_idle_ms,
                   "A workflow run's state is dropped after this much quiet")
