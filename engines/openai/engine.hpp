@@ -53,7 +53,12 @@ struct OpenAiOptions {
   Duration total_timeout = std::chrono::minutes(30);
   Duration scrape_interval = std::chrono::milliseconds(500);  // 0: no scraping
   std::size_t max_response_bytes = std::size_t{64} << 20;
-  long max_connections = 256;
+  // Idle connections kept for reuse (libcurl's CURLMOPT_MAXCONNECTS), not a concurrency limit:
+  // every request in flight holds a connection of its own. Sized like the gateway's connection
+  // cap: with a smaller pool, a burst of streams closes a connection per finished request and
+  // opens a new one for the next (256 left 12,578 sockets in TIME_WAIT over 60 s of 1,000
+  // streams). libcurl closes a connection idle for 118 s.
+  long max_connections = 4096;
   std::string name = "openai";
   RetryOptions retry;
   BreakerOptions breaker;
