@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -44,6 +45,7 @@ class Conn {
   Conn& operator=(const Conn&) = delete;
 
   bool connected() const { return connected_; }
+  int fd() const { return fd_; }
   bool readable() const {
     pollfd p{fd_, POLLIN, 0};
     return ::poll(&p, 1, 0) > 0;
@@ -376,6 +378,57 @@ TEST_F(GatewayTest, ConnectionsOverTheCapGet503AndAreClosed) {
   // The connections within the cap still work.
   a.send(post("/v1/chat/completions", kChat));
   EXPECT_EQ(status_of(a.read_response()), 200);
+}
+
+// Thousands of idle connections: exactly the cap is held, every one beyond it is answered 503
+// (without sending a byte), and a held connection still serves.
+TEST_F(GatewayTest, ThousandsOfIdleConnectionsMeetTheCap) {
+  constexpr std::size_t kCap = 1000, kOpen = 2500;
+  rlimit limit{};
+  ::getrlimit(RLIMIT_NOFILE, &limit);
+  const rlim_t needed = kOpen + kCap + 256;  // both ends of the held ones live in this process
+  if (limit.rlim_cur < needed && limit.rlim_max >= needed) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+  if (limit.rlim_cur < needed)
+    GTEST_SKIP() << "RLIMIT_NOFILE " << limit.rlim_cur << " cannot hold " << needed << " sockets";
+  GatewayOptions o;
+  o.max_connections = kCap;
+  o.header_timeout = std::chrono::seconds(60);  // the held ones stay open while we look
+  start(o);
+  std::vector<std::unique_ptr<Conn>> conns;
+  for (std::size_t i = 0; i < kOpen; ++i) {
+    conns.push_back(std::make_unique<Conn>(port()));
+    ASSERT_TRUE(conns.back()->connected()) << "connection " << i;
+  }
+  // The refused ones are answered at once; wait until kOpen - kCap have something to read.
+  std::vector<pollfd> fds;
+  for (const auto& c : conns)
+    fds.push_back({c->fd(), POLLIN, 0});
+  std::size_t ready = 0;
+  for (int round = 0; round < 200 && ready < kOpen - kCap; ++round) {
+    ::poll(fds.data(), fds.size(), 50);
+    ready = 0;
+    for (const auto& p : fds)
+      ready += (p.revents & (POLLIN | POLLHUP)) != 0;
+  }
+  std::size_t refused = 0;
+  Conn* held = nullptr;
+  for (std::size_t i = 0; i < kOpen; ++i) {
+    if ((fds[i].revents & (POLLIN | POLLHUP)) == 0) {
+      held = conns[i].get();
+      continue;
+    }
+    const std::string r = conns[i]->read_response();
+    EXPECT_EQ(status_of(r), 503) << r;
+    refused += status_of(r) == 503;
+  }
+  EXPECT_EQ(refused, kOpen - kCap);
+  ASSERT_NE(held, nullptr);
+  held->send(post("/v1/chat/completions", kChat));
+  EXPECT_EQ(status_of(held->read_response()), 200);
+  EXPECT_EQ(runtime_->stats().requests, 1u) << "only the held connection's call reached dynrt";
 }
 
 TEST_F(GatewayTest, IdleKeptAliveConnectionsAreClosed) {
