@@ -69,6 +69,22 @@ class HoldEngine final : public engines::Engine {
       forwarded_[h] = inner;
     }
   }
+  // The oldest held request (the first submitted of those held) goes to the wrapped engine.
+  void release_first() {
+    Held first;
+    engines::RequestHandle h = 0;
+    {
+      std::lock_guard lock(mutex_);
+      if (held_.empty()) return;
+      h = held_.begin()->first;
+      first = std::move(held_.begin()->second);
+      held_.erase(held_.begin());
+      changed_.notify_all();
+    }
+    const auto inner = inner_->submit(std::move(first.request), first.sink);
+    std::lock_guard lock(mutex_);
+    forwarded_[h] = inner;
+  }
   // Every held request fails with `error`.
   void fail_all(const engines::EngineError& error) {
     for (auto& [h, held] : take())
