@@ -2,14 +2,24 @@
 # Builds the tests with a sanitizer and runs them: `scripts/sanitize.sh thread [TARGET...]`
 # or `scripts/sanitize.sh address,undefined [TARGET...]`. With targets, only those test
 # binaries are built and run (the test script runs `thread engines_tests`: the engines are the
-# multithreaded layer); without, every ctest test. Build trees: build-san-<sanitizer>/.
+# multithreaded layer); without, every ctest test (the test script runs `address,undefined`
+# that way). Warnings are errors, except under TSan, where GCC warns (-Wtsan) about the
+# atomic_thread_fence inside Boost.Asio's headers. Build trees: build-san-<sanitizer>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sanitizer="${1:?usage: scripts/sanitize.sh thread|address,undefined [TARGET...]}"
 shift
 dir="build-san-${sanitizer//,/-}"
-cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDYNRT_BUILD_TESTS=ON \
-  -DDYNRT_BUILD_BENCH=OFF -DDYNRT_SANITIZE="$sanitizer" >/dev/null
+werror=ON
+[[ "$sanitizer" == *thread* ]] && werror=OFF
+# -O1 -g1 (line tables are enough for symbolized reports) compiles 2.6 times faster than -O2 -g
+# under ASan (gateway/server.cpp: 129 s against 335 s on 2 cores), which keeps CI in budget.
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+  -DDYNRT_BUILD_TESTS=ON -DDYNRT_BUILD_BENCH=OFF -DDYNRT_WERROR="$werror" \
+  -DDYNRT_SANITIZE="$sanitizer" >/dev/null
+# Symbolized reports need llvm-symbolizer, which Debian ships in llvm-14 under a versioned path.
+symbolizer=/usr/lib/llvm-14/bin/llvm-symbolizer
+[ -x "$symbolizer" ] && export ASAN_SYMBOLIZER_PATH="$symbolizer"
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$PWD/scripts/ubsan.supp"
