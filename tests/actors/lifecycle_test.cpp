@@ -233,6 +233,18 @@ TEST(NonInterference, NearMissesAndLosersAreNeverServedFromFills) {
   const Tags router_tags{"routing", run.workflow_id, "router"};
   ASSERT_EQ(rig.runtime->complete({"/v1/chat/completions", router->body, router_tags}).get().status,
             200);
+  // The fills end first (an event, not a duration): a near miss that arrived while the winner's
+  // fill still ran would settle the branch and discard it, and the exact call below would then
+  // be a plain miss, under a slow (sanitized) build.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    const auto st = rig.runtime->stats();
+    if (st.fills_issued > 0 &&
+        st.fills_completed + st.fills_failed + st.fills_cancelled >= st.fills_issued)
+      break;
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the fills did not end";
+    std::this_thread::yield();
+  }
   const dsl::Bindings vars{{"handler", "weather"}, {"query", bench::routing_query(run, 0)}};
   auto near = dsl::render_stage(*g.stage("handle"), vars)->body;
   near["max_tokens"] = 255;
