@@ -6,7 +6,7 @@
 #      runs every ctest test there: unit, golden, CLI, e2e, the load smoke test, the history
 #      checker and the fuzz-corpus replays, so a leak, an overflow or undefined behaviour
 #      anywhere fails the run (one sanitized build instead of a plain one plus a sanitized one
-#      keeps CI near 20 minutes on 2 cores);
+#      keeps CI near 16 minutes on 2 cores);
 #   3. runs the engines' tests under ThreadSanitizer (DYNRT_TSAN=0 skips it);
 #   4. fuzzes the template parser, the HTTP request path and the SSE parser for
 #      DYNRT_FUZZ_SECONDS in all (default 30; 0 skips it).
