@@ -223,41 +223,43 @@ TEST(NonInterference, AmbiguousSelectionPromotesNothing) {
 // A request that differs from a shadow's in one result-determining field does not get it, and
 // neither does an exact request for a loser after resolution.
 TEST(NonInterference, NearMissesAndLosersAreNeverServedFromFills) {
-  auto w = bench::make_workload(graph("routing"), {8, 1, 1.0});
-  w.runs[0].picks = {"weather", "weather"};
+  auto w = bench::make_workload(graph("routing"), {8, 5, 1.0});
   w = with_router_answers(std::move(w), {std::string(1200, 'y') + "\nHANDLER: weather"});
   Rig rig(w, {true, true, 10});
-  const auto& run = w.runs[0];
   const auto& g = graph("routing");
-  auto router = dsl::render_stage(*g.stage("router"), {{"query", bench::routing_query(run, 0)}});
-  const Tags router_tags{"routing", run.workflow_id, "router"};
-  ASSERT_EQ(rig.runtime->complete({"/v1/chat/completions", router->body, router_tags}).get().status,
-            200);
-  // The fills end first (an event, not a duration): a near miss that arrived while the winner's
-  // fill still ran would settle the branch and discard it, and the exact call below would then
-  // be a plain miss, under a slow (sanitized) build.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  for (;;) {
-    const auto st = rig.runtime->stats();
-    if (st.fills_issued > 0 &&
-        st.fills_completed + st.fills_failed + st.fills_cancelled >= st.fills_issued)
-      break;
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the fills did not end";
-    std::this_thread::yield();
+  // The exact call first: it takes the winner's fill (waiting for it if it still runs). A near
+  // miss sent first would settle the branch and, while the fill still ran, discard it. On a
+  // heavily loaded (sanitized) build the router can end before its fills are even issued; the
+  // next run (another query) is then tried, a few at most.
+  Served served = Served::engine;
+  bench::Run run;
+  nlohmann::json exact;
+  Tags handle_tags;
+  for (std::size_t attempt = 0; attempt < 5 && served != Served::fill; ++attempt) {
+    run = w.runs[attempt];
+    auto router = dsl::render_stage(*g.stage("router"), {{"query", bench::routing_query(run, 0)}});
+    ASSERT_EQ(
+        rig.runtime
+            ->complete(
+                {"/v1/chat/completions", router->body, {"routing", run.workflow_id, "router"}})
+            .get()
+            .status,
+        200);
+    const dsl::Bindings vars{{"handler", "weather"}, {"query", bench::routing_query(run, 0)}};
+    exact = dsl::render_stage(*g.stage("handle"), vars)->body;
+    handle_tags = {"routing", run.workflow_id, "handle"};
+    served = rig.runtime->complete({"/v1/chat/completions", exact, handle_tags}).get().served;
   }
-  const dsl::Bindings vars{{"handler", "weather"}, {"query", bench::routing_query(run, 0)}};
-  auto near = dsl::render_stage(*g.stage("handle"), vars)->body;
+  EXPECT_EQ(served, Served::fill);
+  // Then the near miss (one field differs) and the loser: neither may get that result.
+  auto near = exact;
   near["max_tokens"] = 255;
-  const Tags handle_tags{"routing", run.workflow_id, "handle"};
   EXPECT_EQ(rig.runtime->complete({"/v1/chat/completions", near, handle_tags}).get().served,
             Served::engine);
   auto loser = dsl::render_stage(*g.stage("handle"),
                                  {{"handler", "email"}, {"query", bench::routing_query(run, 0)}});
   EXPECT_EQ(rig.runtime->complete({"/v1/chat/completions", loser->body, handle_tags}).get().served,
             Served::engine);
-  auto exact = dsl::render_stage(*g.stage("handle"), vars)->body;
-  EXPECT_EQ(rig.runtime->complete({"/v1/chat/completions", exact, handle_tags}).get().served,
-            Served::fill);
 }
 
 // Sub-Agent: a later run with the same sub-task is served from the library; a write to a
