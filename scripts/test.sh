@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="$(nproc)"
 ./scripts/install-deps.sh
-if [ "${DYNRT_SANITIZE:-address,undefined}" = none ]; then
+if [ "${DYNRT_SANITIZE:-none}" = none ]; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDYNRT_BUILD_TESTS=ON -DDYNRT_WERROR=ON
   cmake --build build -j"$jobs"
   (cd build && ctest -j"$jobs" --output-on-failure --timeout 900)
