@@ -286,6 +286,12 @@ void Controller::settle(BranchId branch) {
   Branch* b = find(branch);
   if (!b || b->settled) return;
   b->settled = true;
+  // A reservation still held when its branch settles belongs to nobody any more: a fill never
+  // spawned (the branch ended while Action 1 was answering) or one whose end was never
+  // reported. Returning it here is what keeps a burst of ending branches from draining the
+  // budget for good; release() of an id already returned does nothing.
+  for (const ReservationId r : b->reservations)
+    release(r);
   ClassState& c = state(b->coordinate);
   c.model.observe(b->x, b->y);
   c.pending = std::max(0, c.pending - 1);

@@ -12,8 +12,10 @@
 //   charge_setup     the predictor's time, charged whether or not it produced anything
 //   resolve          selection statistics for every predicted candidate
 //   consumed/missed  usability for admitted, selected fills; savings and waits
-//   release          a fill finished or was cancelled: its reservation returns
-//   settle           the branch's return y becomes one observation of its class
+//   release          a fill finished or was cancelled: its reservation returns (once; a second
+//                    release of the same id does nothing)
+//   settle           the branch's return y becomes one observation of its class; every
+//                    reservation of the branch not yet released returns with it
 //   revise           a later event changes y without adding an observation
 //
 // Deterministic for a given seed and clock; single-threaded.
@@ -155,6 +157,7 @@ class Controller {
   // was imposed on canonical requests. Call before release(); once per reservation.
   void refund(ReservationId reservation);
   void release(ReservationId reservation);
+  // Also releases the branch's reservations still held. Unknown or settled branches: nothing.
   void settle(BranchId branch);
   // Delayed feedback after settle(): the branch's return changes by delta_ms.
   void revise(BranchId branch, double delta_ms);
@@ -166,6 +169,8 @@ class Controller {
   std::optional<double> branch_return(BranchId branch) const;
   int fills_in_flight() const { return fills_in_flight_; }
   double kv_reserved() const { return kv_reserved_; }
+  // Branches opened and not yet settled (each holds a pending trial of its class).
+  std::size_t open_branches() const { return branches_.size() - settled_order_.size(); }
 
  private:
   struct ClassState {

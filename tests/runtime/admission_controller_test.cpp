@@ -102,6 +102,33 @@ TEST_F(ControllerTest, AdmitReservesAndReleaseReturns) {
   EXPECT_EQ(ctl.fills_in_flight(), 0);
 }
 
+// When a branch ends while Action 1 is answering, the fills it was granted never start and
+// nobody releases their reservations: its settlement must, or the budget drains for good.
+TEST_F(ControllerTest, SettleReturnsTheReservationsTheBranchStillHolds) {
+  Controller ctl(clock_, config());
+  ctl.observe_load(0.1, 0);
+  ASSERT_TRUE(ctl.open_branch(1, kClass).open);
+  ASSERT_TRUE(ctl.open_branch(2, kClass).open);
+  const std::vector<Candidate> cands = {{0, 3000, Footprint{1500, 0.01}},
+                                        {1, 3000, Footprint{1500, 0.01}}};
+  const FillDecision late = ctl.admit(1, cands, /*max_fills=*/2);
+  const FillDecision kept = ctl.admit(2, cands, /*max_fills=*/1);
+  ASSERT_EQ(late.admitted.size(), 2u);
+  ASSERT_EQ(kept.admitted.size(), 1u);
+  ctl.release(late.admitted[0].reservation);  // one of branch 1's fills ran and ended
+  EXPECT_EQ(ctl.open_branches(), 2u);
+  ctl.settle(1);  // the other never started
+  EXPECT_EQ(ctl.fills_in_flight(), 1) << "branch 2's fill still holds its slot";
+  EXPECT_NEAR(ctl.kv_reserved(), 0.01, 1e-12);
+  EXPECT_EQ(ctl.open_branches(), 1u);
+  ctl.release(late.admitted[1].reservation);  // a late release of it: nothing happens
+  EXPECT_EQ(ctl.fills_in_flight(), 1);
+  ctl.settle(2);
+  EXPECT_EQ(ctl.fills_in_flight(), 0);
+  EXPECT_EQ(ctl.kv_reserved(), 0);
+  EXPECT_EQ(ctl.open_branches(), 0u);
+}
+
 TEST_F(ControllerTest, ReservationsAreSharedAcrossBranches) {
   AdmissionConfig c = config();
   c.prices.kv_budget = 0.03;
