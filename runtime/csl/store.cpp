@@ -24,7 +24,7 @@ std::int64_t ns(TimePoint t) {
 // results live in their own allocation, edge lists in 16-byte CompactVecs.
 struct Store::Entry {
   Hash128 name;
-  std::unique_ptr<char[]> data;  // the result bytes
+  char* data = nullptr;  // the result bytes, from result_pool_ (size of them)
   std::uint32_t size = 0;
   std::uint32_t generation = 0;
   CompactVec<Read> reads;
@@ -122,6 +122,12 @@ Store::Store(const Clock& clock, Limits limits)
 
 Store::~Store() = default;
 
+void Store::release_bytes(Entry& e) {
+  if (e.data) result_pool_.deallocate(e.data, e.size, 1);
+  e.data = nullptr;
+  e.size = 0;
+}
+
 EntryRef Store::ref_of(std::uint32_t index) const {
   return EntryRef{index, entries_[index].generation};
 }
@@ -213,7 +219,7 @@ Hit Store::hit_of(std::uint32_t index) {
   const Entry& e = entries_[index];
   Hit h;
   h.ref = ref_of(index);
-  h.bytes = std::string_view(e.data.get(), e.size);
+  h.bytes = std::string_view(e.data, e.size);
   h.usage = e.usage;
   h.cost = Duration(e.cost_ns);
   h.provenance = Provenance{e.origin, e.fill, e.branch};
@@ -330,8 +336,8 @@ InsertResult Store::insert(Insert in, State state) {
   e.name = in.name;
   e.size = static_cast<std::uint32_t>(in.bytes.size());
   if (e.size > 0) {
-    e.data.reset(new char[e.size]);
-    std::memcpy(e.data.get(), in.bytes.data(), e.size);
+    e.data = static_cast<char*>(result_pool_.allocate(e.size, 1));
+    std::memcpy(e.data, in.bytes.data(), e.size);
   }
   e.cost_ns = in.cost.count();
   const Duration ttl =
@@ -470,11 +476,10 @@ std::size_t Store::remove(std::uint32_t index, RemovalReason reason) {
         break;
     }
     const Hash128 name = e.name;
-    e.data.reset();
+    release_bytes(e);
     e.reads.clear();
     e.producers.clear();
     e.consumers.clear();
-    e.size = 0;
     e.live = false;
     ++e.generation;
     free_entries_.push_back(i);
@@ -509,8 +514,7 @@ std::size_t Store::retire(EntryRef ref) {
     --shadows_;
   }
   bytes_ -= e->size;
-  e->data.reset();
-  e->size = 0;
+  release_bytes(*e);
   e->state = State::retired;
   return 1;
 }

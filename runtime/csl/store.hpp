@@ -26,6 +26,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <memory_resource>
 #include <optional>
 #include <span>
 #include <string>
@@ -245,9 +247,17 @@ class Store {
   std::uint32_t intern_record(const std::string& key);
   void prune_records();
   void unlink_branch(std::uint32_t index);
+  void release_bytes(Entry& e);
 
   const Clock& clock_;
   Limits limits_;
+  // The result bytes have a pool of their own: entries live much longer than the requests
+  // around which they are stored, and held in the general heap each one would pin a page of
+  // that short-lived memory, so that resident memory could not fall back after a burst. The
+  // pool keeps what it was given for later entries (bounded by max_bytes); results over 64 KiB
+  // go to the heap directly.
+  std::pmr::unsynchronized_pool_resource result_pool_{
+      std::pmr::pool_options{0, std::size_t{64} << 10}};
   std::vector<Entry> entries_;
   std::vector<std::uint32_t> free_entries_;
   std::unique_ptr<NameIndex> index_;
