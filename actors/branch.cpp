@@ -20,6 +20,14 @@ struct BranchActorState {
   std::vector<dsl::StageId> chain;
   std::chrono::steady_clock::time_point started;
   bool gated_open = false;  // Action 0 opened it: the controller tracks it
+  // Action 0 was asked: the branch settles with the pricing actor when it ends, however it
+  // ends (settling there also returns any reservation of it still held).
+  std::shared_ptr<bool> asked_gate = std::make_shared<bool>(false);
+  std::shared_ptr<Cancellation> drafts = std::make_shared<Cancellation>();  // drafter samples
+  // The deadlines it armed with the timer (the drafter's time box, the settle deadline), each a
+  // token; disarmed when it ends.
+  std::shared_ptr<std::vector<std::uint64_t>> deadlines =
+      std::make_shared<std::vector<std::uint64_t>>();
   bool settled = false;
   // drafter sampling
   std::vector<std::string> votes;
@@ -56,16 +64,28 @@ void maybe_settle(Self self, bool force = false) {
     if (const auto* w = st.branch->winner())
       wasted -= std::chrono::duration<double, std::milli>(w->engine_time).count();
   if (wasted > 0) svc.counters->wasted_us += static_cast<std::int64_t>(wasted * 1000);
-  if (st.gated_open) self->send(svc.pricing, settle_atom::value, st.branch->id());
+  // The pricing actor's settle is sent as the actor ends (branch_actor's attach_functor).
   self->send(st.init->workflow, settle_atom::value, st.branch->id(), FeedbackPtr(fb));
   self->quit();
+}
+
+// (expire_atom, which) after `delay`, through the timer (which holds nothing of this actor).
+void arm(Self self, Duration delay, std::int32_t which) {
+  auto& st = self->state;
+  const auto token = st.init->services->counters->next_id++;
+  st.deadlines->push_back(token);
+  self->send(st.init->services->timer, arm_atom::value, token,
+             static_cast<std::int64_t>(delay.count()), which);
 }
 
 void spawn_fills(Self self, const AdmitReply& admitted) {
   auto& st = self->state;
   const auto& svc = *st.init->services;
   for (const auto& [rank, reservation] : admitted.admitted) {
-    if (rank >= st.branch->candidates().size()) continue;
+    if (rank >= st.branch->candidates().size()) {
+      self->send(svc.pricing, release_atom::value, reservation);
+      continue;
+    }
     const std::uint64_t id = svc.counters->next_id++;
     st.branch->admit(id, rank, reservation);
     auto init = std::make_shared<FillInit>();
@@ -101,6 +121,7 @@ void proposed(Self self, std::vector<std::string> candidates) {
   }
   const auto& svc = *st0.init->services;
   ++svc.counters->branches_opened;
+  *st0.asked_gate = true;
   self->request(svc.pricing, infinite, gate_atom::value, st0.branch->id(), st0.branch->coordinate())
       .then(
           [=](GateReply& gate) {
@@ -163,11 +184,11 @@ void draft(Self self) {
     exec->id = "dynrt-draft-" + std::to_string(st.branch->id()) + "-" + std::to_string(i);
     exec->reply_to = self;
     exec->tag = static_cast<std::uint64_t>(i);
-    self->send(executor, exec_atom::value, ExecPtr(exec));
+    exec->cancel = st.drafts;
+    anon_send(executor, exec_atom::value, ExecPtr(exec));
   }
   st.samples_out = n;
-  self->delayed_send(self, std::chrono::milliseconds(std::max(1, src.timeout_ms)),
-                     expire_atom::value, std::int32_t{-1});
+  arm(self, std::chrono::milliseconds(std::max(1, src.timeout_ms)), -1);
 }
 
 void propose(Self self) {
@@ -214,6 +235,17 @@ behavior branch_actor(Self self, BranchInitPtr init) {
   const int depth = init->services->switches.fill_depth;
   if (depth > 0 && st0.chain.size() > static_cast<std::size_t>(depth)) st0.chain.resize(depth);
   st0.started = std::chrono::steady_clock::now();
+  self->attach_functor([asked = st0.asked_gate, drafts = st0.drafts, deadlines = st0.deadlines,
+                        pricing = caf::actor_addr(init->services->pricing.address()),
+                        timer = caf::actor_addr(init->services->timer.address()),
+                        id = init->id](const error&) {
+    drafts->cancel();  // samples still running are of no use now
+    if (auto t = caf::actor_cast<caf::actor>(timer))
+      for (const auto token : *deadlines)
+        anon_send(t, disarm_atom::value, token);
+    if (*asked)
+      if (auto p = caf::actor_cast<caf::actor>(pricing)) anon_send(p, settle_atom::value, id);
+  });
   // A fill that dies abnormally is a failed fill, not a reason for the branch to die; an exit
   // from the workflow (shutdown) ends the branch with it.
   self->set_exit_handler([=](exit_msg& msg) {
@@ -245,7 +277,6 @@ behavior branch_actor(Self self, BranchInitPtr init) {
         }
         if (--st.samples_out <= 0) drafted(self);
       },
-      [=](std::uint64_t) {},  // a drafter sample's engine handle
       [=](fstored_atom, std::uint64_t fill, const csl::EntryRef& ref) {
         auto& st = self->state;
         if (!st.branch->stored(fill, ref))
@@ -283,7 +314,7 @@ behavior branch_actor(Self self, BranchInitPtr init) {
               svc.pricing, learn_atom::value, st.branch->id(), st.branch->coordinate(), selection,
               res.selected_rank ? static_cast<std::int64_t>(*res.selected_rank) : std::int64_t{-1},
               st.gated_open);
-        self->delayed_send(self, svc.switches.settle_after, expire_atom::value, std::int32_t{0});
+        arm(self, svc.switches.settle_after, 0);
         maybe_settle(self);
       },
       [=](demanded_atom, bool consumed, double saved_ms, double wait_ms) {

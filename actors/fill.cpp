@@ -20,9 +20,10 @@ struct FillState {
   bool finished = false;
   bool busy_in_csl = false;          // a library call is pending; a cancel waits for it
   std::optional<Hash128> announced;  // the stage's reuse name the workflow knows is running
-  std::uint64_t handle = 0;          // the engine request in flight
-  caf::actor executor;
-  bool awaiting_handle = false;  // submitted; the engine's handle has not come back yet
+  // Aborts the engine requests this fill started; cancelled when the actor ends, however it
+  // ends (a cancel, its branch's or the graph's exit), so no fill outlives its actor on the
+  // engine.
+  std::shared_ptr<Cancellation> cancel = std::make_shared<Cancellation>();
   std::uint64_t tag = 0;
   std::function<void(const ExecResultPtr&)> on_result;  // the completion of request `tag`
   Duration engine_time{0};
@@ -58,7 +59,6 @@ void finish(Self self, FillStatus status) {
   if (st.finished) return;
   st.finished = true;
   end_announced(self, false);
-  if (st.handle != 0 && st.executor) self->send(st.executor, abort_atom::value, st.handle);
   st.on_result = nullptr;
   auto& c = *st.init->services->counters;
   switch (status) {
@@ -76,8 +76,7 @@ void finish(Self self, FillStatus status) {
   }
   self->send(st.init->branch_actor, fdone_atom::value, st.init->id,
              static_cast<std::int32_t>(status), static_cast<std::int64_t>(st.engine_time.count()));
-  // Without its handle the engine request could not be aborted: quit when it arrives.
-  if (!st.awaiting_handle) self->quit();
+  self->quit();  // its exit aborts an engine request still running (FillState::cancel)
 }
 
 void next_stage(Self self);
@@ -116,30 +115,15 @@ void run_on_engine(Self self, const dsl::Stage& stage, dsl::RenderedRequest req,
             exec->id = "dynrt-fill-" + std::to_string(sx.init->id) + "-" + std::to_string(sx.step);
             exec->reply_to = self;
             exec->tag = ++sx.tag;
-            sx.executor = svc.executor_for(req.endpoint, req.body);
-            if (!sx.executor) return finish(self, FillStatus::failed);
-            const std::uint64_t tag = exec->tag;
+            exec->cancel = sx.cancel;
+            const auto executor = svc.executor_for(req.endpoint, req.body);
+            if (!executor) return finish(self, FillStatus::failed);
             auto shared_reads = std::make_shared<ReadRefs>(std::move(reads));
-            sx.awaiting_handle = true;
-            self->request(sx.executor, infinite, exec_atom::value, ExecPtr(exec))
-                .then(
-                    [=](std::uint64_t handle) {
-                      auto& st = self->state;
-                      st.awaiting_handle = false;
-                      if (st.finished) {
-                        if (handle != 0) self->send(st.executor, abort_atom::value, handle);
-                        return self->quit();
-                      }
-                      if (st.tag == tag && st.on_result) st.handle = handle;
-                    },
-                    [=](error&) {
-                      self->state.awaiting_handle = false;
-                      if (self->state.finished) self->quit();
-                    });
+            // Anonymous: the engine's handle is not needed (exec->cancel aborts the request).
+            anon_send(executor, exec_atom::value, ExecPtr(exec));
             // The completion comes as (engdone_atom, tag, result).
             sx.on_result = [=](const ExecResultPtr& r) {
               auto& sy = self->state;
-              sy.handle = 0;
               if (!r->ok || r->result.status != 200)
                 return finish(self, sy.cancelled ? FillStatus::cancelled : FillStatus::failed);
               sy.engine_time += r->result.engine_time;
@@ -224,6 +208,12 @@ behavior fill_actor(Self self, FillInitPtr init) {
   self->state.vars = init->bindings;
   self->state.producers = init->producers;
   self->set_error_handler([](error&) {});
+  ++init->services->counters->fills_running;
+  self->attach_functor(
+      [cancel = self->state.cancel, counters = init->services->counters](const error&) {
+        cancel->cancel();
+        --counters->fills_running;
+      });
   self->send(self, fstart_atom::value);  // start once the behavior is installed
   return {
       [=](fstart_atom) { next_stage(self); },

@@ -20,6 +20,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -39,31 +40,36 @@ using land_atom = caf::atom_constant<caf::atom("land")>;          // csl: a led 
 using coaldone_atom = caf::atom_constant<caf::atom("coaldone")>;  // csl -> a joined waiter
 using leave_atom = caf::atom_constant<caf::atom("leave")>;        // csl: a waiter's bound passed
 using write_atom = caf::atom_constant<caf::atom("write")>;        // csl, root: records written
-using stats_atom = caf::atom_constant<caf::atom("stats")>;
-using gate_atom = caf::atom_constant<caf::atom("gate")>;         // pricing: Action 0
-using rank_atom = caf::atom_constant<caf::atom("rank")>;         // pricing: frequency ranking
-using admit_atom = caf::atom_constant<caf::atom("admit")>;       // pricing: Action 1
-using setup_atom = caf::atom_constant<caf::atom("setup")>;       // pricing: predictor time
-using learn_atom = caf::atom_constant<caf::atom("learn")>;       // pricing: a resolution
-using usable_atom = caf::atom_constant<caf::atom("usable")>;     // pricing: consumed / missed
-using credit_atom = caf::atom_constant<caf::atom("credit")>;     // pricing: a chain stage served
-using refund_atom = caf::atom_constant<caf::atom("refund")>;     // pricing: a fill ran nothing
-using release_atom = caf::atom_constant<caf::atom("release")>;   // pricing: a fill ended
-using settle_atom = caf::atom_constant<caf::atom("settle")>;     // pricing, workflow
-using cost_atom = caf::atom_constant<caf::atom("cost")>;         // pricing: an execution's cost
-using canon_atom = caf::atom_constant<caf::atom("canon")>;       // pricing: canonical in flight
-using resolve_atom = caf::atom_constant<caf::atom("bresolve")>;  // branch: the selection
-using demanded_atom = caf::atom_constant<caf::atom("bdemand")>;  // branch: its demand came
-using abandon_atom = caf::atom_constant<caf::atom("babandon")>;  // branch: give up
-using expire_atom = caf::atom_constant<caf::atom("bexpire")>;    // branch: settle deadline
-using fstart_atom = caf::atom_constant<caf::atom("fstart")>;     // fill -> workflow
-using fend_atom = caf::atom_constant<caf::atom("fend")>;         // fill -> workflow
-using fstored_atom = caf::atom_constant<caf::atom("fstored")>;   // fill -> branch
-using fdone_atom = caf::atom_constant<caf::atom("fdone")>;       // fill -> branch
-using fcancel_atom = caf::atom_constant<caf::atom("fcancel")>;   // branch -> fill
-using waitend_atom = caf::atom_constant<caf::atom("waitend")>;   // workflow: a wait's bound
-using idle_atom = caf::atom_constant<caf::atom("idle")>;         // workflow <-> root
-using stop_atom = caf::atom_constant<caf::atom("stopwf")>;       // root -> workflow
+using gate_atom = caf::atom_constant<caf::atom("gate")>;          // pricing: Action 0
+using rank_atom = caf::atom_constant<caf::atom("rank")>;          // pricing: frequency ranking
+using admit_atom = caf::atom_constant<caf::atom("admit")>;        // pricing: Action 1
+using setup_atom = caf::atom_constant<caf::atom("setup")>;        // pricing: predictor time
+using learn_atom = caf::atom_constant<caf::atom("learn")>;        // pricing: a resolution
+using usable_atom = caf::atom_constant<caf::atom("usable")>;      // pricing: consumed / missed
+using credit_atom = caf::atom_constant<caf::atom("credit")>;      // pricing: a chain stage served
+using refund_atom = caf::atom_constant<caf::atom("refund")>;      // pricing: a fill ran nothing
+using release_atom = caf::atom_constant<caf::atom("release")>;    // pricing: a fill ended
+using settle_atom = caf::atom_constant<caf::atom("settle")>;      // pricing, workflow
+using cost_atom = caf::atom_constant<caf::atom("cost")>;          // pricing: an execution's cost
+using canon_atom = caf::atom_constant<caf::atom("canon")>;        // pricing: canonical in flight
+using resolve_atom = caf::atom_constant<caf::atom("bresolve")>;   // branch: the selection
+using demanded_atom = caf::atom_constant<caf::atom("bdemand")>;   // branch: its demand came
+using abandon_atom = caf::atom_constant<caf::atom("babandon")>;   // branch: give up
+using expire_atom = caf::atom_constant<caf::atom("bexpire")>;     // branch: settle deadline
+using fstart_atom = caf::atom_constant<caf::atom("fstart")>;      // fill -> workflow
+using fend_atom = caf::atom_constant<caf::atom("fend")>;          // fill -> workflow
+using fstored_atom = caf::atom_constant<caf::atom("fstored")>;    // fill -> branch
+using fdone_atom = caf::atom_constant<caf::atom("fdone")>;        // fill -> branch
+using fcancel_atom = caf::atom_constant<caf::atom("fcancel")>;    // branch -> fill
+using waitend_atom = caf::atom_constant<caf::atom("waitend")>;    // workflow: a wait's bound
+using idle_atom = caf::atom_constant<caf::atom("idle")>;          // workflow <-> root: idle check
+using stop_atom = caf::atom_constant<caf::atom("stopwf")>;        // root -> workflow: retire
+using gone_atom = caf::atom_constant<caf::atom("gonewf")>;        // workflow -> root: it ended
+using tick_atom = caf::atom_constant<caf::atom("tick")>;          // root: the periodic expiry
+using arm_atom = caf::atom_constant<caf::atom("arm")>;            // timer: tell me at a time
+using disarm_atom = caf::atom_constant<caf::atom("disarm")>;      // timer: forget that
+using wake_atom = caf::atom_constant<caf::atom("wake")>;          // timer: a deadline is due
+using sweep_atom = caf::atom_constant<caf::atom("sweep")>;        // root: more runs are due
 
 // -- shared services --------------------------------------------------------------------------
 
@@ -73,7 +79,8 @@ struct Counters {
       passthrough{0}, errors{0}, waits{0}, wait_timeouts{0}, branches_opened{0}, branches_gated{0},
       branches_settled{0}, fills_issued{0}, fills_suppressed{0}, fills_completed{0},
       fills_failed{0}, fills_cancelled{0}, fills_consumed{0}, shadows_stored{0},
-      shadows_discarded{0}, writes{0}, workflows_live{0}, coalesced{0};
+      shadows_discarded{0}, writes{0}, workflows_live{0}, coalesced{0}, runs_evicted{0},
+      runs_expired{0}, fills_running{0};
   std::atomic<std::uint64_t> next_id{1};  // branch and fill ids, unique in the process
   std::atomic<std::int64_t> saved_us{0}, wasted_us{0};
 };
@@ -86,17 +93,20 @@ struct Switches {
   int fill_depth = 0;
   bool private_fills = false;
   std::chrono::milliseconds settle_after{30'000};
-  std::chrono::milliseconds workflow_idle{60'000};
 };
+
+class StatsBoard;
 
 // Handles every workflow, branch and fill actor uses.
 struct Services {
   caf::actor csl;
   caf::actor pricing;
   caf::actor tools;                            // tool calls (may be invalid: no tools)
+  caf::actor timer;                            // deadlines (spawn_timer_actor)
   caf::actor default_engine;                   // models no binding names
   std::map<std::string, caf::actor> by_model;  // model -> engine actor
   std::shared_ptr<Counters> counters;
+  std::shared_ptr<StatsBoard> board;
   Switches switches;
 
   // The actor that runs `endpoint` with `body` (a model's engine, or the tools).
@@ -117,6 +127,7 @@ struct Exec {
   std::shared_ptr<ReplySink> stream_to;  // chunks forwarded as they arrive
   std::shared_ptr<ReplySink> answer_to;  // pass-through: the final answer goes here directly
   std::shared_ptr<ReplySink> call;       // the call it runs for (a client's cancel aborts it)
+  std::shared_ptr<Cancellation> cancel;  // speculative work: its owner's end aborts it
 };
 using ExecPtr = std::shared_ptr<const Exec>;
 
@@ -199,6 +210,32 @@ struct PricingSnapshot {
   admission::AdmissionStats stats;
   double envelope = 0;
   int fills_in_flight = 0;
+  double kv_reserved = 0;
+  std::size_t open_branches = 0;
+};
+
+// The csl's and the pricing actor's numbers, published by each after every message that may
+// change them, so that statistics are read from any thread without a round trip to a busy
+// actor (a scrape never waits on the graph, and never holds an I/O thread).
+class StatsBoard {
+ public:
+  void publish(const CslSnapshot& c) {
+    std::lock_guard lock(mutex_);
+    csl_ = c;
+  }
+  void publish(const PricingSnapshot& p) {
+    std::lock_guard lock(mutex_);
+    pricing_ = p;
+  }
+  std::pair<CslSnapshot, PricingSnapshot> read() const {
+    std::lock_guard lock(mutex_);
+    return {csl_, pricing_};
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  CslSnapshot csl_;
+  PricingSnapshot pricing_;
 };
 
 using FeedbackPtr = std::shared_ptr<const branch::Feedback>;
@@ -224,13 +261,7 @@ class Answer {
   std::atomic<bool> done_{false};
 };
 
-struct StatsParts {
-  CslSnapshot csl;
-  PricingSnapshot pricing;
-  std::size_t actors_running = 0;
-};
 using WriteAnswerPtr = std::shared_ptr<Answer<std::uint64_t>>;
-using StatsAnswerPtr = std::shared_ptr<Answer<StatsParts>>;
 using PredictorContextPtr = std::shared_ptr<const PredictorContext>;
 
 // -- workflow, branch, fill -------------------------------------------------------------------
@@ -311,7 +342,6 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::AdmitReply)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::PricingSnapshot)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::FeedbackPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::WriteAnswerPtr)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::StatsAnswerPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::PredictorContextPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::DemandPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::BranchInitPtr)

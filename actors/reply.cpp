@@ -86,6 +86,29 @@ void ReplySink::cancel() {
   if (f) f();
 }
 
+void Cancellation::add(std::function<void()> canceller) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!cancelled_) {
+      cancellers_.push_back(std::move(canceller));
+      return;
+    }
+  }
+  canceller();  // ended before the engine had the request: abort it now
+}
+
+void Cancellation::cancel() {
+  std::vector<std::function<void()>> now;
+  {
+    std::lock_guard lock(mutex_);
+    if (cancelled_) return;
+    cancelled_ = true;
+    now.swap(cancellers_);
+  }
+  for (auto& f : now)
+    f();
+}
+
 bool ReplySink::answered() const {
   std::lock_guard lock(mutex_);
   return answered_;

@@ -9,6 +9,7 @@
 #include "actors/runtime.hpp"
 #include "engines/engine.hpp"
 
+#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -51,6 +52,22 @@ class ReplySink {
   std::function<void()> canceller_;
 
   void start(Served how);  // under the lock
+};
+
+// How to abort the engine requests a speculative execution (a fill, a drafter sample) started,
+// which may not have been submitted yet when it ends: the engine actor adds a canceller once it
+// has a request's handle; cancel() runs every canceller added, and any added later at once.
+// The owner cancels it when it ends however it ends, so no engine request outlives it.
+// Thread-safe.
+class Cancellation {
+ public:
+  void add(std::function<void()> canceller);
+  void cancel();
+
+ private:
+  std::mutex mutex_;
+  bool cancelled_ = false;
+  std::vector<std::function<void()>> cancellers_;
 };
 
 // The SSE data payloads a live engine would have streamed for `body` (a complete chat or

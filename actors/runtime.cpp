@@ -6,14 +6,22 @@
 #include "actors/workflow.hpp"
 #include "dsl/lint.hpp"
 #include "dsl/report.hpp"
+#include "run/run_table.hpp"
 
 #include <caf/all.hpp>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <shared_mutex>
+#include <thread>
 #include <unordered_map>
 
 namespace dynrt::actors {
@@ -37,27 +45,68 @@ struct RootInit {
   GraphMap graphs;
   RuntimeConfig config;
   std::shared_ptr<Counters> counters;
+  std::shared_ptr<StatsBoard> board;
 };
 
-struct LiveWorkflow {
-  caf::actor actor;
-  std::uint64_t sent = 0;
-};
+// At most this many idle checks per sweep, and sweeps this far apart while runs are due: a mass
+// expiry (every run of a burst going quiet at once) is spread over time, at up to 25,600 runs
+// a second, instead of flooding the root's mailbox (and the demands queued behind it) with
+// checks, answers and ends all at once.
+constexpr std::size_t kSweepBatch = 256;
+constexpr auto kSweepPause = std::chrono::milliseconds(10);
 
 struct RootState {
   GraphMap graphs;
   ServicesPtr services;
-  std::unordered_map<std::string, LiveWorkflow> workflows;
+  SteadyClock clock;
+  Duration idle{0};
+  std::unique_ptr<run::RunTable<caf::actor>> runs;
+  // Runs that left the table (evicted or expired) and are finishing the calls they have in
+  // flight; each says when it ends (gone_atom).
+  std::unordered_map<caf::actor_id, caf::actor> retiring;
+  bool sweep_scheduled = false;  // a sweep_atom is on its way
   static inline const char* name = "dynrt.root";
 };
 
+using RootSelf = stateful_actor<RootState>*;
+
+// A run leaves the table: it abandons its branches, answers what it has in flight and ends.
+void retire(RootSelf self, caf::actor run) {
+  self->send(run, stop_atom::value);
+  self->state.retiring.emplace(run.id(), std::move(run));
+}
+
+// Asks the runs quiet for the idle time whether they are idle (no call in flight); a run that
+// is answers, and leaves. Batched: what is left is swept a little later.
+void sweep(RootSelf self) {
+  auto& st = self->state;
+  const TimePoint now = st.clock.now();
+  for (const auto& r : st.runs->due(now, st.idle, kSweepBatch))
+    self->send(r.handle, idle_atom::value);
+  if (!st.sweep_scheduled && st.runs->any_due(now, st.idle)) {
+    st.sweep_scheduled = true;
+    self->delayed_send(self, kSweepPause, sweep_atom::value);
+  }
+}
+
+Duration tick_of(Duration idle) {
+  return std::clamp<Duration>(idle / 4, std::chrono::milliseconds(10), std::chrono::seconds(1));
+}
+
 // The root: owns the shared actors (linked, so one exit ends the graph) and routes each demand
-// to its workflow actor, spawning it on first use and ending it after its idle timeout.
-behavior root_actor(stateful_actor<RootState>* self, std::shared_ptr<const RootInit> init) {
+// to its workflow actor, spawning it on first use. Live runs are bounded in number (the least
+// recently demanded is retired to make room) and in time (a run quiet for workflow_idle with
+// nothing in flight ends). Workflow actors are not linked to the root: an actor's links are a
+// list, and removing one of n links costs O(n), so linking every run made expiring n runs cost
+// O(n^2); the root reaches them through its table instead, and at its exit ends them all.
+behavior root_actor(RootSelf self, std::shared_ptr<const RootInit> init) {
   self->state.graphs = init->graphs;
   auto svc = std::make_shared<Services>();
   const auto& cfg = init->config;
+  self->state.idle = std::chrono::duration_cast<Duration>(cfg.workflow_idle);
+  self->state.runs = std::make_unique<run::RunTable<caf::actor>>(cfg.max_live_runs);
   svc->counters = init->counters;
+  svc->board = init->board;
   svc->switches.reuse = cfg.reuse;
   svc->switches.fills = cfg.fills;
   svc->switches.fill_priority = cfg.fill_priority;
@@ -65,7 +114,6 @@ behavior root_actor(stateful_actor<RootState>* self, std::shared_ptr<const RootI
   svc->switches.fill_depth = cfg.fill_depth;
   svc->switches.private_fills = cfg.private_fills;
   svc->switches.settle_after = cfg.settle_after;
-  svc->switches.workflow_idle = cfg.workflow_idle;
   PricingConfig pricing;
   pricing.admission = cfg.admission;
   pricing.costs = cfg.costs;
@@ -80,10 +128,21 @@ behavior root_actor(stateful_actor<RootState>* self, std::shared_ptr<const RootI
     pricing.engines.push_back(b.engine);
   }
   if (cfg.tools) svc->tools = spawn_engine_actor(self, nullptr, cfg.tools);
-  svc->csl = spawn_csl_actor(self, CslConfig{cfg.csl}, svc->counters);
+  svc->timer = spawn_timer_actor(self);
+  svc->csl = spawn_csl_actor(self, CslConfig{cfg.csl}, svc->counters, svc->board);
+  pricing.board = svc->board;
   svc->pricing = spawn_pricing_actor(self, std::move(pricing));
   self->state.services = svc;
   self->set_error_handler([](error&) {});
+  // The end of the graph (shutdown, or a shared actor failing): every run ends with it.
+  self->set_exit_handler([=](exit_msg& msg) {
+    auto& st = self->state;
+    st.runs->for_each([&](const auto& r) { self->send_exit(r.handle, msg.reason); });
+    for (const auto& [id, a] : st.retiring)
+      self->send_exit(a, msg.reason);
+    self->quit(msg.reason);
+  });
+  self->delayed_send(self, tick_of(self->state.idle), tick_atom::value);
   return {
       [=](demand_atom, const DemandPtr& d) {
         auto& st = self->state;
@@ -94,44 +153,47 @@ behavior root_actor(stateful_actor<RootState>* self, std::shared_ptr<const RootI
           pass_through(*st.services, d);
           return;
         }
-        const std::string key = tags.workflow + '\x1f' + tags.workflow_id;
-        auto& w = st.workflows[key];
-        if (!w.actor)
-          w.actor = spawn_workflow_actor(
-              self, WorkflowInit{key, tags.workflow_id, g->second, st.services, self});
-        ++w.sent;
-        self->send(w.actor, demand_atom::value, d);
+        std::string key = tags.workflow + '\x1f' + tags.workflow_id;
+        const TimePoint now = st.clock.now();
+        if (auto* r = st.runs->touch(key, now)) {
+          self->send(r->handle, demand_atom::value, d);
+          return;
+        }
+        auto a = spawn_workflow_actor(
+            self, WorkflowInit{key, tags.workflow_id, g->second, st.services, self});
+        for (auto& evicted : st.runs->add(std::move(key), a, now)) {
+          ++st.services->counters->runs_evicted;
+          retire(self, std::move(evicted.handle));
+        }
+        self->send(a, demand_atom::value, d);
       },
-      // A workflow has been quiet; it ends only if nothing was sent to it since it said so.
+      [=](tick_atom) {
+        sweep(self);
+        self->delayed_send(self, tick_of(self->state.idle), tick_atom::value);
+      },
+      [=](sweep_atom) {
+        self->state.sweep_scheduled = false;
+        sweep(self);
+      },
+      // A run answered its idle check: it ends only if no demand was routed to it since.
       [=](idle_atom, const std::string& key, std::uint64_t received) {
         auto& st = self->state;
-        auto it = st.workflows.find(key);
-        if (it == st.workflows.end() || it->second.sent != received) return;
-        self->send(it->second.actor, stop_atom::value);
-        st.workflows.erase(it);
+        if (auto r = st.runs->erase_if_quiet(key, received)) {
+          ++st.services->counters->runs_expired;
+          retire(self, std::move(r->handle));
+        }
+      },
+      // A workflow actor ended (retired, or failed on its own: then its key is free again).
+      [=](gone_atom, const std::string& key, caf::actor_id id) {
+        auto& st = self->state;
+        st.retiring.erase(id);
+        st.runs->erase_if(key, [id](const caf::actor& a) { return a.id() == id; });
       },
       // From outside the graph (Runtime::write): the answer goes back through the callback.
       [=](write_atom, const Strings& keys, const WriteAnswerPtr& answer) {
         self->request(self->state.services->csl, infinite, write_atom::value, keys)
             .then([answer](std::uint64_t removed) { (*answer)(removed); },
                   [answer](error&) { (*answer)(0); });
-      },
-      [=](stats_atom, const StatsAnswerPtr& answer) {
-        auto parts = std::make_shared<StatsParts>();
-        parts->actors_running = self->system().registry().running();
-        self->request(self->state.services->csl, infinite, stats_atom::value)
-            .then(
-                [=](CslSnapshot& c) {
-                  parts->csl = c;
-                  self->request(self->state.services->pricing, infinite, stats_atom::value)
-                      .then(
-                          [=](PricingSnapshot& p) {
-                            parts->pricing = p;
-                            (*answer)(*parts);
-                          },
-                          [=](error&) { (*answer)(*parts); });
-                },
-                [=](error&) { (*answer)(*parts); });
       },
       [=](services_atom) { return self->state.services; },
       // New runs start on the new graphs; a live run keeps the graph it started with, so one
@@ -195,6 +257,93 @@ class DirectSink final : public engines::ResponseSink {
   std::shared_ptr<ReplySink> sink_;
 };
 
+// Gives the memory of ended runs back to the system. A burst of runs churns through many small
+// allocations on every thread's malloc arena; once the runs end, their pages are mostly free
+// but glibc returns only the top of each arena, so resident memory would stay at the burst's
+// peak. After at least kTrimAfter runs have ended it calls malloc_trim(0), and once more when
+// the resolved branches of those runs have met their settle deadline (their actors' memory is
+// held until then). Its own thread: trimming walks the heap, which no actor or I/O thread
+// should wait for.
+class MemoryTrimmer {
+ public:
+  static constexpr std::uint64_t kTrimAfter = 1024;
+  static constexpr auto kCheck = std::chrono::seconds(5);
+
+  MemoryTrimmer(std::shared_ptr<const Counters> counters, std::chrono::milliseconds settle_after)
+      : counters_(std::move(counters)), settle_after_(settle_after) {
+#if defined(__GLIBC__)
+    thread_ = std::thread([this] { run(); });
+#endif
+  }
+  ~MemoryTrimmer() {
+    stop();
+  }
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void run() {
+#if defined(__GLIBC__)
+    using clock = std::chrono::steady_clock;
+    std::uint64_t trimmed_at = 0;
+    std::optional<clock::time_point> again;
+    std::unique_lock lock(mutex_);
+    while (!wake_.wait_for(lock, kCheck, [this] { return stopping_; })) {
+      const std::uint64_t ended = counters_->runs_evicted + counters_->runs_expired;
+      const bool many = ended - trimmed_at >= kTrimAfter;
+      if (many || (again && clock::now() >= *again)) {
+        malloc_trim(0);
+        again.reset();
+        if (many) again = clock::now() + settle_after_ + kCheck;
+        trimmed_at = ended;
+      }
+    }
+#endif
+  }
+
+  std::shared_ptr<const Counters> counters_;
+  std::chrono::milliseconds settle_after_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+// The calls not yet answered, for cancel() and shutdown. A call leaves as it is answered (its
+// on_done is wrapped), so the table never holds more than the calls in flight. Thread-safe;
+// shared with the wrapped callbacks, which may run after the Runtime is gone.
+class CallTable {
+ public:
+  void add(CallId id, const std::shared_ptr<ReplySink>& sink) {
+    std::lock_guard lock(mutex_);
+    calls_.emplace(id, sink);
+  }
+  void remove(CallId id) {
+    std::lock_guard lock(mutex_);
+    calls_.erase(id);
+  }
+  std::shared_ptr<ReplySink> find(CallId id) {
+    std::lock_guard lock(mutex_);
+    const auto it = calls_.find(id);
+    return it == calls_.end() ? nullptr : it->second.lock();
+  }
+  std::unordered_map<CallId, std::weak_ptr<ReplySink>> take() {
+    std::lock_guard lock(mutex_);
+    return std::exchange(calls_, {});
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<CallId, std::weak_ptr<ReplySink>> calls_;
+};
+
 }  // namespace
 
 struct Runtime::Impl {
@@ -228,31 +377,18 @@ struct Runtime::Impl {
     if (handle != 0) sink->set_canceller([engine, handle] { engine->cancel(handle); });
   }
   std::shared_ptr<Counters> counters = std::make_shared<Counters>();
+  std::shared_ptr<StatsBoard> board = std::make_shared<StatsBoard>();
+  std::unique_ptr<MemoryTrimmer> trimmer;
   std::unique_ptr<actor_system_config> sys_config;
   std::unique_ptr<actor_system> system;
   caf::actor root;
   ServicesPtr services;
   std::atomic<std::uint64_t> next_demand{1};
-  std::mutex mutex;
   bool stopped = false;
   // Held shared by calls that use the actor system, exclusively by shutdown() while it marks
   // the runtime stopped: after that no call touches the system shutdown() destroys.
   std::shared_mutex life;
-  // Calls not known to be answered, for cancel() and shutdown; pruned as it grows.
-  std::unordered_map<CallId, std::weak_ptr<ReplySink>> sinks;
-  std::size_t sinks_pruned_at = 0;
-
-  void track(CallId id, const std::shared_ptr<ReplySink>& s) {
-    std::lock_guard lock(mutex);
-    sinks.emplace(id, s);
-    if (sinks.size() >= 2 * sinks_pruned_at + 1024) {
-      std::erase_if(sinks, [](const auto& entry) {
-        auto p = entry.second.lock();
-        return !p || p->answered();
-      });
-      sinks_pruned_at = sinks.size();
-    }
-  }
+  std::shared_ptr<CallTable> calls = std::make_shared<CallTable>();
 };
 
 Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config) {
@@ -272,6 +408,7 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config) {
   impl->system = std::make_unique<actor_system>(*impl->sys_config);
   init->config = config;
   init->counters = impl->counters;
+  init->board = impl->board;
   impl->config = std::move(config);
   impl->root = impl->system->spawn(root_actor, std::shared_ptr<const RootInit>(init));
   {
@@ -280,6 +417,7 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config) {
         .receive([&](ServicesPtr& s) { impl->services = s; }, [&](error&) {});
   }
   if (!impl->services) return make_error("dynrt::Runtime: the actor graph did not start");
+  impl->trimmer = std::make_unique<MemoryTrimmer>(impl->counters, impl->config.settle_after);
   return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
 }
 
@@ -290,8 +428,12 @@ Runtime::~Runtime() {
 }
 
 CallId Runtime::complete(Request request, ReplyCallbacks callbacks) {
-  auto sink = std::make_shared<ReplySink>(std::move(callbacks), request.endpoint, request.body);
   const CallId id = impl_->next_demand++;
+  callbacks.on_done = [calls = impl_->calls, id, done = std::move(callbacks.on_done)](Reply r) {
+    calls->remove(id);
+    if (done) done(std::move(r));
+  };
+  auto sink = std::make_shared<ReplySink>(std::move(callbacks), request.endpoint, request.body);
   if (!request.body.is_object()) {
     sink->done(error_reply(400, "invalid_request_error", "the request body must be a JSON object"));
     return id;
@@ -299,7 +441,7 @@ CallId Runtime::complete(Request request, ReplyCallbacks callbacks) {
   {
     std::shared_lock life(impl_->life);
     if (!impl_->stopped) {
-      impl_->track(id, sink);
+      impl_->calls->add(id, sink);
       // A model call no template claims goes straight to its engine from the caller's thread:
       // Engine::submit never blocks, and two mailbox hops are saved on the transparent path.
       const auto& tags = request.tags;
@@ -323,14 +465,7 @@ CallId Runtime::complete(Request request, ReplyCallbacks callbacks) {
 }
 
 void Runtime::cancel(CallId call) {
-  std::shared_ptr<ReplySink> sink;
-  {
-    std::lock_guard lock(impl_->mutex);
-    const auto it = impl_->sinks.find(call);
-    if (it == impl_->sinks.end()) return;
-    sink = it->second.lock();
-  }
-  if (sink) sink->cancel();
+  if (auto sink = impl_->calls->find(call)) sink->cancel();
 }
 
 std::future<Reply> Runtime::complete(Request request) {
@@ -399,26 +534,24 @@ RuntimeStats Runtime::stats() const {
   s.engine_ms_wasted = static_cast<double>(c.wasted_us.load()) / 1000;
   s.writes = c.writes;
   s.workflows_live = c.workflows_live;
-  // Asked of the root by message (no scoped actor: one alive during shutdown would keep the
-  // actor system from ending); if the graph stops first, the answer comes back empty.
-  auto promise = std::make_shared<std::promise<StatsParts>>();
-  auto future = promise->get_future();
-  {
-    std::shared_lock life(impl_->life);
-    if (impl_->stopped) return s;
-    anon_send(impl_->root, stats_atom::value,
-              std::make_shared<Answer<StatsParts>>(
-                  [promise](StatsParts parts) { promise->set_value(std::move(parts)); }));
-  }
-  const StatsParts parts = future.get();
-  s.csl = parts.csl.stats;
-  s.csl_entries = parts.csl.entries;
-  s.csl_shadows = parts.csl.shadows;
-  s.csl_bytes = parts.csl.bytes;
-  s.admission = parts.pricing.stats;
-  s.envelope = parts.pricing.envelope;
-  s.fills_in_flight = parts.pricing.fills_in_flight;
-  s.actors_running = parts.actors_running;
+  s.runs_evicted = c.runs_evicted;
+  s.runs_expired = c.runs_expired;
+  s.fills_running = c.fills_running;
+  std::shared_lock life(impl_->life);
+  if (impl_->stopped) return s;  // the graph is gone, and with it what it held
+  s.actors_running = impl_->system->registry().running();
+  // What the csl and the pricing actor last published: no message, no wait, whatever the
+  // graph is doing.
+  const auto [csl, pricing] = impl_->board->read();
+  s.csl = csl.stats;
+  s.csl_entries = csl.entries;
+  s.csl_shadows = csl.shadows;
+  s.csl_bytes = csl.bytes;
+  s.admission = pricing.stats;
+  s.envelope = pricing.envelope;
+  s.fills_in_flight = pricing.fills_in_flight;
+  s.kv_reserved = pricing.kv_reserved;
+  s.branches_open = pricing.open_branches;
   return s;
 }
 
@@ -454,6 +587,7 @@ void Runtime::shutdown() {
     if (impl_->stopped) return;
     impl_->stopped = true;
   }
+  if (impl_->trimmer) impl_->trimmer->stop();
   // The root's exit reaches every actor through the links; fills and engine requests in
   // flight are cancelled as their actors end.
   anon_send_exit(impl_->root, exit_reason::user_shutdown);
@@ -461,12 +595,7 @@ void Runtime::shutdown() {
   impl_->services.reset();
   impl_->system->await_all_actors_done();
   // Calls whose answer was still to come from an engine get theirs now.
-  std::unordered_map<CallId, std::weak_ptr<ReplySink>> sinks;
-  {
-    std::lock_guard lock(impl_->mutex);
-    sinks.swap(impl_->sinks);
-  }
-  for (auto& [id, w] : sinks)
+  for (auto& [id, w] : impl_->calls->take())
     if (auto s = w.lock()) {
       s->cancel();  // a pass-through call's engine request, which no actor owns
       s->done(

@@ -13,8 +13,9 @@
 // engine. Switches turn exact reuse (C1) and fills (C2) on and off independently: with both
 // off the Runtime is the no-reuse floor.
 //
-// Threading: every method may be called from any thread and none blocks on engine work except
-// stats() (a short round trip to the actors) and the futures the caller waits on. Callbacks run
+// Threading: every method may be called from any thread and none blocks on engine work or on
+// the actor graph (stats() reads what the actors last published); only the futures the caller
+// waits on block. Callbacks run
 // on an engine's or an actor's thread; they must not block. shutdown() (and the destructor)
 // cancels work in flight and completes every unanswered call with an error; it never hangs on
 // an engine.
@@ -97,6 +98,9 @@ struct RuntimeConfig {
   bool fills = true;                                // C2: run fills while branches resolve
   int threads = 2;                                  // CAF scheduler threads
   std::chrono::milliseconds workflow_idle{60'000};  // a run's actor ends after this much quiet
+  // Live workflow runs at most; a new run beyond it retires the least recently demanded one
+  // (which loses its speculation, never a result: its calls in flight are still answered).
+  std::size_t max_live_runs = 10'000;
   std::chrono::milliseconds settle_after{30'000};  // a resolved branch stops waiting for its demand
   int fill_priority = 10;  // engine priority of fills (canonical requests use 0)
   // Policy knobs that `dynrt bench` uses for its sweeps and baselines; the defaults are dynrt.
@@ -143,10 +147,16 @@ struct RuntimeStats {
   std::size_t csl_shadows = 0;
   std::size_t csl_bytes = 0;
   admission::AdmissionStats admission;
-  double envelope = 0;  // the causal envelope rho_H now
-  int fills_in_flight = 0;
-  std::uint64_t workflows_live = 0;
-  std::size_t actors_running = 0;  // every actor of the graph (root, engines, csl, pricing...)
+  double envelope = 0;              // the causal envelope rho_H now
+  int fills_in_flight = 0;          // fill reservations the pricing actor holds
+  double kv_reserved = 0;           // ... and their KV share
+  std::size_t branches_open = 0;    // branches the pricing actor opened and has not settled
+  std::uint64_t fills_running = 0;  // fill actors alive
+  // workflow runs
+  std::uint64_t workflows_live = 0;  // workflow actors alive (in the table or retiring)
+  std::uint64_t runs_evicted = 0;    // retired to stay within max_live_runs
+  std::uint64_t runs_expired = 0;    // ended after workflow_idle of quiet
+  std::size_t actors_running = 0;    // every actor of the graph (root, engines, csl, pricing...)
 };
 
 class Runtime {

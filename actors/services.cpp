@@ -1,6 +1,7 @@
 #include "actors/services.hpp"
 
 #include "actors/reply.hpp"
+#include "run/deadlines.hpp"
 #include "runtime/predictor.hpp"
 
 #include <algorithm>
@@ -185,6 +186,8 @@ behavior engine_actor(event_based_actor* self, std::shared_ptr<engines::Engine> 
         sink->submitted(handle);
         if (exec->call && handle != 0)
           exec->call->set_canceller([engine, handle] { engine->cancel(handle); });
+        if (exec->cancel && handle != 0)
+          exec->cancel->add([engine, handle] { engine->cancel(handle); });
         return handle;
       },
       [=](abort_atom, std::uint64_t handle) {
@@ -202,9 +205,16 @@ struct CslState {
   SteadyClock clock;
   std::unique_ptr<csl::Store> store;
   std::shared_ptr<Counters> counters;
+  std::shared_ptr<StatsBoard> board;
   csl::Coalescer coalescer;
   std::unordered_map<csl::Ticket, std::pair<caf::actor, std::uint64_t>> waiters;  // actor, demand
   csl::Ticket next_ticket = 1;
+
+  // After every message: the board is what Runtime::stats() reads.
+  void publish() const {
+    board->publish(
+        CslSnapshot{store->stats(), store->size(), store->shadow_count(), store->bytes()});
+  }
 };
 
 ServeReply to_reply(const csl::Hit& hit, bool promoted) {
@@ -222,9 +232,11 @@ ServeReply to_reply(const csl::Hit& hit, bool promoted) {
 }  // namespace
 
 behavior csl_actor(stateful_actor<CslState>* self, CslConfig config,
-                   std::shared_ptr<Counters> counters) {
+                   std::shared_ptr<Counters> counters, std::shared_ptr<StatsBoard> board) {
   self->state.store = std::make_unique<csl::Store>(self->state.clock, config.limits);
   self->state.counters = counters;
+  self->state.board = std::move(board);
+  self->state.publish();
   self->state.store->set_observer([counters](const Hash128&, csl::RemovalReason why) {
     if (why == csl::RemovalReason::discarded) ++counters->shadows_discarded;
   });
@@ -234,17 +246,18 @@ behavior csl_actor(stateful_actor<CslState>* self, CslConfig config,
       [=](serve_atom, const Hash128& name, bool probe, bool promote, bool keep) -> ServeReply {
         auto& store = *self->state.store;
         store.expire(64);
+        ServeReply r;
         if (probe)
-          if (auto hit = store.probe(name)) return to_reply(*hit, false);
-        if (promote)
+          if (auto hit = store.probe(name)) r = to_reply(*hit, false);
+        if (!r.found && promote)
           if (auto hit = store.promote(name)) {
-            ServeReply r = to_reply(*hit, true);
+            r = to_reply(*hit, true);
             // Without cross-request reuse a promoted result serves this demand only; the fill
             // chain built on it stays promotable (its later stages' demands come next).
             if (!keep) store.retire(hit->ref);
-            return r;
           }
-        return ServeReply{};
+        self->state.publish();
+        return r;
       },
       [=](snap_atom, const Strings& keys) -> ReadRefs { return self->state.store->snapshot(keys); },
       // A canonical miss of a reusable stage: served if its result has meanwhile been stored,
@@ -259,6 +272,7 @@ behavior csl_actor(stateful_actor<CslState>* self, CslConfig config,
           if (auto hit = store.probe(name)) {
             r.found = true;
             r.hit = to_reply(*hit, false);
+            st.publish();
             return r;
           }
         const csl::Ticket ticket = st.next_ticket++;
@@ -270,6 +284,7 @@ behavior csl_actor(stateful_actor<CslState>* self, CslConfig config,
           r.ticket = ticket;
           st.waiters.emplace(ticket, std::make_pair(waiter, demand));
         }
+        st.publish();
         return r;
       },
       // A led execution ended: its result is stored (when `in` is given and still fresh) and
@@ -293,6 +308,7 @@ behavior csl_actor(stateful_actor<CslState>* self, CslConfig config,
           self->send(w->second.first, coaldone_atom::value, w->second.second, shared);
           st.waiters.erase(w);
         }
+        st.publish();
         return res;
       },
       [=](leave_atom, std::uint64_t execution, csl::Ticket ticket) {
@@ -302,21 +318,72 @@ behavior csl_actor(stateful_actor<CslState>* self, CslConfig config,
       [=](store_atom, const InsertPtr& in, bool shadow) -> csl::InsertResult {
         auto& store = *self->state.store;
         store.expire(64);
-        return shadow ? store.put_shadow(*in) : store.put_confirmed(*in);
+        auto res = shadow ? store.put_shadow(*in) : store.put_confirmed(*in);
+        self->state.publish();
+        return res;
       },
       [=](drop_atom, const EntryRefs& refs) {
         for (const auto& r : refs)
           self->state.store->discard(r);
+        self->state.publish();
       },
       [=](write_atom, const Strings& keys) -> std::uint64_t {
         ++self->state.counters->writes;
-        return self->state.store->write(keys);
-      },
-      [=](stats_atom) -> CslSnapshot {
-        const auto& s = *self->state.store;
-        return CslSnapshot{s.stats(), s.size(), s.shadow_count(), s.bytes()};
+        const auto removed = self->state.store->write(keys);
+        self->state.publish();
+        return removed;
       },
   };
+}
+
+// -- timer ---------------------------------------------------------------------------------------
+
+namespace {
+
+struct TimerState {
+  struct Due {
+    caf::actor_addr to;
+    std::int32_t which = 0;
+  };
+  SteadyClock clock;
+  run::Deadlines<Due> deadlines;
+  std::optional<TimePoint> wake_at;  // the earliest wake-up on its way
+};
+
+// One wake-up message for the earliest deadline, however many are pending.
+void schedule_wake(stateful_actor<TimerState>* self) {
+  auto& st = self->state;
+  const auto next = st.deadlines.next();
+  if (!next || (st.wake_at && *st.wake_at <= *next)) return;
+  st.wake_at = *next;
+  self->delayed_send(self, std::max(Duration::zero(), *next - st.clock.now()), wake_atom::value);
+}
+
+}  // namespace
+
+behavior timer_actor(stateful_actor<TimerState>* self) {
+  return {
+      [=](arm_atom, std::uint64_t token, std::int64_t delay_ns, std::int32_t which) {
+        auto& st = self->state;
+        st.deadlines.add(
+            token, st.clock.now() + Duration(delay_ns),
+            TimerState::Due{caf::actor_cast<caf::actor_addr>(self->current_sender()), which});
+        schedule_wake(self);
+      },
+      [=](disarm_atom, std::uint64_t token) { self->state.deadlines.cancel(token); },
+      [=](wake_atom) {
+        auto& st = self->state;
+        st.wake_at.reset();
+        for (auto& d : st.deadlines.pop_due(st.clock.now()))
+          if (auto to = caf::actor_cast<caf::actor>(d.to))
+            self->send(to, expire_atom::value, d.which);
+        schedule_wake(self);
+      },
+  };
+}
+
+caf::actor spawn_timer_actor(event_based_actor* parent) {
+  return parent->spawn<linked>(timer_actor);
 }
 
 // -- pricing
@@ -326,6 +393,7 @@ namespace {
 
 struct PricingState {
   SteadyClock clock;
+  std::shared_ptr<StatsBoard> board;
   std::unique_ptr<admission::Controller> controller;
   admission::CostModel costs;
   FrequencyPredictor frequency;
@@ -355,6 +423,13 @@ struct PricingState {
     controller->observe_load(std::min(1.0, static_cast<double>(canonical_now) / slots),
                              std::min(1.0, static_cast<double>(queued) / slots));
   }
+
+  // After every message: the board is what Runtime::stats() reads.
+  void publish() const {
+    const auto& c = *controller;
+    board->publish(PricingSnapshot{c.stats(), c.envelope().envelope(clock.now()),
+                                   c.fills_in_flight(), c.kv_reserved(), c.open_branches()});
+  }
 };
 
 }  // namespace
@@ -365,10 +440,13 @@ behavior pricing_actor(stateful_actor<PricingState>* self, PricingConfig config)
   st.costs = admission::CostModel(config.costs);
   st.engines = std::move(config.engines);
   st.decode_slots = config.decode_slots;
+  st.board = std::move(config.board);
+  st.publish();
   return {
       [=](gate_atom, std::uint64_t branch, const Hash128& coordinate) -> GateReply {
         self->state.observe();
         const auto d = self->state.controller->open_branch(branch, coordinate);
+        self->state.publish();
         return GateReply{d.open, static_cast<int>(d.reason)};
       },
       [=](rank_atom, const Hash128& coordinate, const PredictorContextPtr& ctx) -> Strings {
@@ -389,6 +467,7 @@ behavior pricing_actor(stateful_actor<PricingState>* self, PricingConfig config)
         AdmitReply out;
         for (const auto& f : d.admitted)
           out.admitted.emplace_back(cands[f.candidate].rank, f.reservation);
+        s.publish();
         return out;
       },
       [=](setup_atom, std::uint64_t branch, std::int64_t setup_ns) {
@@ -411,8 +490,12 @@ behavior pricing_actor(stateful_actor<PricingState>* self, PricingConfig config)
       [=](release_atom, std::uint64_t reservation) {
         self->state.controller->release(reservation);
         self->state.observe();
+        self->state.publish();
       },
-      [=](settle_atom, std::uint64_t branch) { self->state.controller->settle(branch); },
+      [=](settle_atom, std::uint64_t branch) {
+        self->state.controller->settle(branch);
+        self->state.publish();
+      },
       [=](refund_atom, std::uint64_t reservation) { self->state.controller->refund(reservation); },
       [=](credit_atom, std::uint64_t branch, double saved_ms) {
         self->state.controller->credit(branch, saved_ms);
@@ -423,11 +506,7 @@ behavior pricing_actor(stateful_actor<PricingState>* self, PricingConfig config)
       [=](canon_atom, std::int32_t delta) {
         self->state.canonical = std::max(0, self->state.canonical + delta);
         self->state.observe();
-      },
-      [=](stats_atom) -> PricingSnapshot {
-        auto& c = *self->state.controller;
-        return PricingSnapshot{c.stats(), c.envelope().envelope(self->state.clock.now()),
-                               c.fills_in_flight()};
+        self->state.publish();
       },
   };
 }
@@ -438,8 +517,8 @@ caf::actor spawn_engine_actor(event_based_actor* parent, std::shared_ptr<engines
 }
 
 caf::actor spawn_csl_actor(event_based_actor* parent, CslConfig config,
-                           std::shared_ptr<Counters> counters) {
-  return parent->spawn<linked>(csl_actor, std::move(config), std::move(counters));
+                           std::shared_ptr<Counters> counters, std::shared_ptr<StatsBoard> board) {
+  return parent->spawn<linked>(csl_actor, std::move(config), std::move(counters), std::move(board));
 }
 
 caf::actor spawn_pricing_actor(event_based_actor* parent, PricingConfig config) {

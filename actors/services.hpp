@@ -29,14 +29,24 @@ caf::actor spawn_engine_actor(caf::event_based_actor* parent,
 struct CslConfig {
   csl::Limits limits;
 };
+// The csl and the pricing actor publish their statistics on `board` after every message.
 caf::actor spawn_csl_actor(caf::event_based_actor* parent, CslConfig config,
-                           std::shared_ptr<Counters> counters);
+                           std::shared_ptr<Counters> counters, std::shared_ptr<StatsBoard> board);
+
+// Deadlines that do not keep their actor alive: (arm_atom, token, Duration delay, int32 which)
+// from an actor makes the timer send it (expire_atom, which) once `delay` has passed, unless
+// (disarm_atom, token) came first. It holds only the actor's weak address, and an actor that
+// ends disarms what it armed, so neither its memory nor anything of it outlives it (a delayed
+// message to oneself holds its receiver until it is delivered). Tokens are unique in the
+// process (Counters::next_id).
+caf::actor spawn_timer_actor(caf::event_based_actor* parent);
 
 struct PricingConfig {
   admission::AdmissionConfig admission;
   admission::CostModelConfig costs;
   std::vector<std::shared_ptr<engines::Engine>> engines;  // load snapshots
   int decode_slots = 0;                                   // 0: from the engines' snapshots
+  std::shared_ptr<StatsBoard> board;
 };
 caf::actor spawn_pricing_actor(caf::event_based_actor* parent, PricingConfig config);
 

@@ -65,8 +65,7 @@ struct WorkflowState {
   std::unordered_map<Hash128, InFlightFill> fills;  // by reuse name
   std::map<std::uint64_t, Pending> pending;         // by demand id
   std::uint64_t received = 0;
-  std::chrono::steady_clock::time_point last_activity;
-  bool idle_timer = false;
+  bool retiring = false;  // out of the root's table: answer what is in flight, then end
   static inline const char* name = "dynrt.workflow";
 };
 
@@ -79,19 +78,22 @@ const dsl::TemplateGraph& graph_of(Self self) {
   return *self->state.init.graph;
 }
 
-void touch(Self self) {
+// Retiring: abandons the branches (their fills are cancelled, their shadows discarded) and
+// ends once nothing is in flight. Idempotent: it runs again each time a call is answered.
+void retire(Self self) {
   auto& st = self->state;
-  st.last_activity = std::chrono::steady_clock::now();
-  if (!st.idle_timer) {
-    st.idle_timer = true;
-    self->delayed_send(self, svc_of(self).switches.workflow_idle, idle_atom::value);
-  }
+  st.retiring = true;
+  for (const auto& [id, actor] : st.branches)
+    self->send(actor, abandon_atom::value);
+  st.branches.clear();
+  if (st.pending.empty()) self->quit();
 }
 
 // Carries out what the run's state says: abandon, resolve, open branches.
 void apply(Self self, Effects fx) {
   auto& st = self->state;
   const auto& svc = svc_of(self);
+  if (st.retiring) fx.open.clear();  // a run that is ending speculates no more
   for (const auto id : fx.abandon)
     if (auto it = st.branches.find(id); it != st.branches.end()) {
       self->send(it->second, abandon_atom::value);
@@ -165,6 +167,9 @@ void answer(Self self, std::uint64_t id, Reply reply) {
   if (!reply.ok()) ++c.errors;
   it->second.demand->sink->done(std::move(reply));
   st.pending.erase(it);
+  // Ends in a message of its own: the caller may still be in the middle of the answer's
+  // bookkeeping.
+  if (st.retiring && st.pending.empty()) self->send(self, stop_atom::value);
 }
 
 void execute(Self self, std::uint64_t id);
@@ -431,7 +436,6 @@ void executed(Self self, std::uint64_t id, const ExecResultPtr& r) {
 void on_demand(Self self, const DemandPtr& d) {
   auto& st = self->state;
   ++st.received;
-  touch(self);
   const auto& g = graph_of(self);
   const dsl::Stage* stage = g.stage(d->request.tags.stage);
   if (!stage || stage->kind == dsl::StageKind::user) {
@@ -461,8 +465,12 @@ behavior workflow_actor(Self self, WorkflowInit init) {
                                                   self->state.init.services->switches.fills);
   self->set_error_handler([](error&) {});  // stray errors (a dead engine's) end nothing
   ++self->state.init.services->counters->workflows_live;
-  self->attach_functor([counters = self->state.init.services->counters](const error&) {
+  // However it ends, the root learns it (and frees the run's key if it still holds it).
+  self->attach_functor([counters = self->state.init.services->counters,
+                        root = caf::actor_addr(self->state.init.root.address()),
+                        key = self->state.init.key, id = self->id()](const error&) {
     --counters->workflows_live;
+    if (auto r = caf::actor_cast<caf::actor>(root)) anon_send(r, gone_atom::value, key, id);
   });
   return {
       [=](demand_atom, const DemandPtr& d) { on_demand(self, d); },
@@ -500,30 +508,21 @@ behavior workflow_actor(Self self, WorkflowInit init) {
         self->state.run->settled(branch);
         self->state.branches.erase(branch);
       },
+      // The root saw no demand for the idle time: the run is idle if nothing is in flight.
       [=](idle_atom) {
         auto& st = self->state;
-        st.idle_timer = false;
-        const auto quiet = std::chrono::steady_clock::now() - st.last_activity;
-        if (quiet >= svc_of(self).switches.workflow_idle && st.pending.empty()) {
+        if (st.pending.empty())
           self->send(st.init.root, idle_atom::value, st.init.key, st.received);
-        } else {
-          st.idle_timer = true;
-          self->delayed_send(self, svc_of(self).switches.workflow_idle, idle_atom::value);
-        }
       },
-      [=](stop_atom) {
-        for (const auto& [id, actor] : self->state.branches)
-          self->send(actor, abandon_atom::value);
-        self->state.branches.clear();
-        self->quit();
-      },
+      [=](stop_atom) { retire(self); },
   };
 }
 
 }  // namespace
 
+// Not linked to the root (see root_actor): the root ends it through its table.
 caf::actor spawn_workflow_actor(event_based_actor* parent, WorkflowInit init) {
-  return parent->spawn<linked>(workflow_actor, std::move(init));
+  return parent->spawn(workflow_actor, std::move(init));
 }
 
 }  // namespace dynrt::actors

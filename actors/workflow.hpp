@@ -1,4 +1,8 @@
-// The workflow actor: one run of a template (one workflow id), ended after an idle timeout.
+// The workflow actor: one run of a template (one workflow id). The root routes its demands to
+// it and ends it (see root_actor in actors/runtime.cpp): when the root's idle check finds it
+// quiet with nothing in flight, or when it is retired to keep the live runs within their
+// limit. Retiring abandons its branches (their fills are cancelled and shadows discarded) and
+// answers what is in flight before it ends; it tells the root when it has ended.
 //
 // It maps each demand to its stage, binds the variables the stage's request carries, and
 // answers it: a confirmed library hit (C1), a shadow promoted by this exact demand (C2), a

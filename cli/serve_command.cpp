@@ -66,6 +66,7 @@ struct ServeOptions {
   int idle_timeout_ms = 60'000;
   std::size_t max_connections = 4096;
   int workflow_idle_ms = 60'000;
+  std::size_t max_live_runs = 10'000;
   int shutdown_grace_ms = 10'000;
 };
 
@@ -138,6 +139,8 @@ bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) 
         o.max_connections = l["max_connections"].as<std::size_t>();
       if (l["workflow_idle_ms"] && !given("--workflow-idle-ms"))
         o.workflow_idle_ms = l["workflow_idle_ms"].as<int>();
+      if (l["max_live_runs"] && !given("--max-live-runs"))
+        o.max_live_runs = l["max_live_runs"].as<std::size_t>();
       if (l["shutdown_grace_ms"] && !given("--shutdown-grace-ms"))
         o.shutdown_grace_ms = l["shutdown_grace_ms"].as<int>();
     }
@@ -211,6 +214,7 @@ int serve(ServeOptions o, const CLI::App& cmd) {
   config.fills = !o.no_fills;
   config.threads = o.threads;
   config.workflow_idle = std::chrono::milliseconds(o.workflow_idle_ms);
+  config.max_live_runs = o.max_live_runs;
   std::vector<std::string> models;
   for (std::size_t i = 0; i < o.engines.size(); ++i) {
     const auto& e = o.engines[i];
@@ -411,6 +415,11 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--workflow-idle-ms", o->workflow_idle_ms,
                   "A workflow run's state is dropped after this much quiet")
       ->check(CLI::Range(1, 86'400'000))
+      ->capture_default_str();
+  cmd->add_option("--max-live-runs", o->max_live_runs,
+                  "Workflow runs kept at most; a new run beyond it drops the least recently "
+                  "active one (which loses its speculation, never a result)")
+      ->check(CLI::Range(1, 100'000'000))
       ->capture_default_str();
   cmd->add_option("--shutdown-grace-ms", o->shutdown_grace_ms,
                   "On SIGINT/SIGTERM, how long calls in flight may finish before they are "

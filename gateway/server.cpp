@@ -616,6 +616,17 @@ std::string prometheus_text(const RuntimeStats& s) {
          static_cast<double>(s.writes));
   metric("dynrt_workflows_live", "gauge", "Workflow runs with a live actor.",
          static_cast<double>(s.workflows_live));
+  metric("dynrt_runs_evicted_total", "counter",
+         "Workflow runs retired to stay within --max-live-runs (their speculation is lost).",
+         static_cast<double>(s.runs_evicted));
+  metric("dynrt_runs_expired_total", "counter", "Workflow runs ended after --workflow-idle-ms.",
+         static_cast<double>(s.runs_expired));
+  metric("dynrt_fills_running", "gauge", "Fill actors alive.",
+         static_cast<double>(s.fills_running));
+  metric("dynrt_fill_kv_reserved", "gauge", "KV share (of the KV budget) reserved by fills.",
+         s.kv_reserved);
+  metric("dynrt_branches_open", "gauge", "Branches the generation gate opened, not yet settled.",
+         static_cast<double>(s.branches_open));
   return out.str();
 }
 
