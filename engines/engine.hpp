@@ -5,9 +5,10 @@
 // streamed request (`"stream": true` in the body) zero or more chunks, each the JSON payload of
 // one SSE `data:` line; then exactly one terminal call, either on_complete() with the whole
 // response (for a streamed request, assembled from its chunks) and its token usage and finish
-// reason, or on_error(). cancel() aborts an in-flight request: the engine releases its slot
-// and KV and the sink receives on_error(cancelled), unless the request had already finished.
-// load() returns the latest load snapshot without blocking.
+// reason, or on_error(). A completion says with `complete` whether it may be stored
+// (DESIGN.md section 2, "Failure is a miss"). cancel() aborts an in-flight request: the engine
+// releases its slot and KV and the sink receives on_error(cancelled), unless the request had
+// already finished. load() returns the latest load snapshot without blocking.
 //
 // Threading: submit(), cancel() and load() may be called from any thread and never block on
 // the engine's work. Sink callbacks run on the engine's own thread, one request's callbacks
@@ -51,6 +52,10 @@ struct EngineResult {
   Usage usage;
   std::string finish_reason;  // "stop", "length", ... (of the first choice)
   Duration engine_time{0};    // time the engine spent on it (simulated time for sim)
+  // The response completed normally (every choice has a finish reason) and, for a stream, was
+  // assembled faithfully from its chunks. Only a complete result may be stored or shared; an
+  // incomplete one is still the engine's answer for the caller that asked.
+  bool complete = true;
 };
 
 enum class ErrorKind {

@@ -1,5 +1,7 @@
 #include "engines/openai/engine.hpp"
 
+#include "engines/completion.hpp"
+#include "engines/openai/assembly.hpp"
 #include "engines/openai/sse.hpp"
 
 #include <algorithm>
@@ -10,7 +12,6 @@ namespace dynrt::engines {
 namespace {
 
 using nlohmann::json;
-using ordered_json = nlohmann::ordered_json;
 
 constexpr std::size_t kErrorBodyLimit = 64 << 10;  // keep this much of an engine's error body
 
@@ -38,29 +39,6 @@ ErrorKind error_kind(HttpOutcome::Kind k) {
       break;
   }
   return ErrorKind::internal;
-}
-
-Usage usage_of(const json& j) {
-  Usage u;
-  if (j.is_object()) {
-    if (j.contains("prompt_tokens") && j["prompt_tokens"].is_number_integer()) {
-      u.prompt_tokens = j["prompt_tokens"].get<std::int64_t>();
-    }
-    if (j.contains("completion_tokens") && j["completion_tokens"].is_number_integer()) {
-      u.completion_tokens = j["completion_tokens"].get<std::int64_t>();
-    }
-  }
-  return u;
-}
-
-std::string first_finish_reason(const json& j) {
-  if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
-    const json& c = j["choices"][0];
-    if (c.is_object() && c.contains("finish_reason") && c["finish_reason"].is_string()) {
-      return c["finish_reason"].get<std::string>();
-    }
-  }
-  return {};
 }
 
 class Ignore final : public HttpHandler {
@@ -96,7 +74,8 @@ EngineError circuit_open(RequestKind kind, const std::string& engine) {
 struct OpenAiEngine::Pending {
   RequestHandle handle = 0;
   RequestKind kind = RequestKind::canonical;
-  std::string id;  // the request id (SGLang's rid)
+  std::string id;        // the request id (SGLang's rid)
+  std::string endpoint;  // what the response must be a completion of
   HttpCall call;
   std::shared_ptr<ResponseSink> sink;
   bool stream = false;
@@ -109,7 +88,8 @@ struct OpenAiEngine::Pending {
   bool ended = false;
 };
 
-// One request's transfer: parses what arrives and reports to the sink.
+// One request's transfer: parses what arrives and reports to the sink. A streamed response is
+// assembled as it arrives (engines/openai/assembly.hpp).
 class OpenAiEngine::Transfer final : public HttpHandler {
  public:
   Transfer(OpenAiEngine* engine, std::shared_ptr<Pending> pending)
@@ -117,7 +97,7 @@ class OpenAiEngine::Transfer final : public HttpHandler {
         pending_(std::move(pending)),
         sink_(pending_->sink),
         stream_(pending_->stream),
-        chat_(pending_->chat) {}
+        assembler_(pending_->chat) {}
 
   void on_status(int status) override { status_ = status; }
   void on_header(std::string_view name, std::string_view value) override {
@@ -147,12 +127,12 @@ class OpenAiEngine::Transfer final : public HttpHandler {
         done_ = true;
         continue;
       }
-      json chunk = json::parse(data, nullptr, false);
+      const json chunk = json::parse(data, nullptr, false);
       if (!chunk.is_object()) {
         problem_ = "a streamed chunk is not a JSON object: " + data.substr(0, 200);
         return false;
       }
-      absorb(chunk);
+      assembler_.add(chunk);
       pending_->delivered = true;
       sink_->on_chunk(data);
     }
@@ -185,9 +165,10 @@ class OpenAiEngine::Transfer final : public HttpHandler {
             EngineError{ErrorKind::truncated, status_, {}, "the stream ended without [DONE]"},
             std::nullopt);
       }
-      r.body = assembled();
-      r.usage = usage_;
-      r.finish_reason = finish_reason_;
+      r.body = assembler_.body();
+      r.usage = assembler_.usage();
+      r.finish_reason = assembler_.finish_reason();
+      r.complete = assembler_.complete();
     } else {
       const json j = json::parse(body_, nullptr, false);
       if (!j.is_object() || !j.contains("choices")) {
@@ -197,6 +178,9 @@ class OpenAiEngine::Transfer final : public HttpHandler {
                         "the response is not a completion JSON object"},
             std::nullopt);
       }
+      // A 200 completion that did not finish normally is still the engine's answer for this
+      // caller; `complete` keeps it from being stored.
+      r.complete = !abnormal_parsed_completion(pending_->endpoint, j);
       r.usage = usage_of(j.value("usage", json()));
       r.finish_reason = first_finish_reason(j);
       r.body = std::move(body_);
@@ -205,58 +189,10 @@ class OpenAiEngine::Transfer final : public HttpHandler {
   }
 
  private:
-  void absorb(const json& chunk) {
-    if (id_.empty() && chunk.contains("id") && chunk["id"].is_string()) id_ = chunk["id"];
-    if (model_.empty() && chunk.contains("model") && chunk["model"].is_string()) {
-      model_ = chunk["model"];
-    }
-    if (chunk.contains("created") && chunk["created"].is_number_integer()) {
-      created_ = chunk["created"].get<std::int64_t>();
-    }
-    if (chunk.contains("usage") && chunk["usage"].is_object()) usage_ = usage_of(chunk["usage"]);
-    if (chunk.contains("choices") && chunk["choices"].is_array() && !chunk["choices"].empty()) {
-      const json& c = chunk["choices"][0];
-      if (!c.is_object()) return;
-      if (chat_ && c.contains("delta") && c["delta"].is_object()) {
-        const json& d = c["delta"];
-        if (d.contains("content") && d["content"].is_string())
-          content_ += d["content"].get<std::string>();
-      } else if (!chat_ && c.contains("text") && c["text"].is_string()) {
-        content_ += c["text"].get<std::string>();
-      }
-      if (c.contains("finish_reason") && c["finish_reason"].is_string()) {
-        finish_reason_ = c["finish_reason"];
-      }
-    }
-  }
-
-  std::string assembled() const {
-    ordered_json j;
-    j["id"] = id_;
-    j["object"] = chat_ ? "chat.completion" : "text_completion";
-    j["created"] = created_;
-    j["model"] = model_;
-    ordered_json choice;
-    choice["index"] = 0;
-    if (chat_) {
-      choice["message"] = ordered_json{{"role", "assistant"}, {"content", content_}};
-    } else {
-      choice["text"] = content_;
-    }
-    choice["finish_reason"] =
-        finish_reason_.empty() ? ordered_json(nullptr) : ordered_json(finish_reason_);
-    j["choices"] = ordered_json::array({choice});
-    j["usage"] = ordered_json{{"prompt_tokens", usage_.prompt_tokens},
-                              {"completion_tokens", usage_.completion_tokens},
-                              {"total_tokens", usage_.prompt_tokens + usage_.completion_tokens}};
-    return j.dump();
-  }
-
   OpenAiEngine* engine_;
   std::shared_ptr<Pending> pending_;
   std::shared_ptr<ResponseSink> sink_;
   bool stream_;
-  bool chat_;
   int status_ = 0;
   std::optional<Duration> retry_after_;
   std::string body_;
@@ -264,12 +200,7 @@ class OpenAiEngine::Transfer final : public HttpHandler {
   std::vector<std::string> events_;
   bool done_ = false;
   std::string problem_;
-  std::string id_;
-  std::string model_;
-  std::int64_t created_ = 0;
-  std::string content_;
-  std::string finish_reason_;
-  Usage usage_;
+  StreamAssembler assembler_;
 };
 
 // One scrape of /metrics.
@@ -327,6 +258,7 @@ RequestHandle OpenAiEngine::submit(EngineRequest request, std::shared_ptr<Respon
   p->sink = std::move(sink);
   p->stream = wants_stream(request.body);
   p->chat = request.endpoint != "/v1/completions";
+  p->endpoint = request.endpoint;
   if (request.id.empty()) request.id = "dynrt-" + std::to_string(handle);
   if (flavor() == EngineFlavor::sglang && request.body.is_object()) {
     // SGLang aborts by rid: add ours, or abort by the caller's own when it set one.

@@ -5,7 +5,10 @@
 // is parsed incrementally as server-sent events: every `data:` payload reaches the sink as a
 // chunk as soon as it arrives, `[DONE]` ends it, and the usage chunk of
 // `stream_options.include_usage` is read when present; on_complete() then carries a response
-// assembled from the chunks. A non-streamed response is validated as JSON and passed on whole.
+// assembled from the chunks, every choice with its tool calls (engines/openai/assembly.hpp). A
+// non-streamed response is validated as JSON and passed on whole. A result that did not finish
+// normally (a choice without a finish reason) or that could not be assembled faithfully is
+// still the caller's answer, with `complete` false so that it is never stored.
 //
 // Errors are specific: refused connections, each deadline (connect, first byte, idle between
 // chunks, total), HTTP error statuses with the engine's status and body kept, bodies that are
