@@ -187,7 +187,9 @@ Reply error_reply(const engines::EngineError& e) {
   using engines::ErrorKind;
   std::string message = "engine: " + e.message;
   switch (e.kind) {
-    case ErrorKind::http_status: {
+    case ErrorKind::http_status:
+    case ErrorKind::engine_error: {
+      // The engine's own answer, as it sent it.
       Reply r;
       r.status = e.status > 0 ? e.status : 502;
       r.body = !e.body.empty() ? e.body : error_body(message, "engine_error", r.status);

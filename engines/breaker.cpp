@@ -17,6 +17,7 @@ std::string_view to_string(CircuitState s) {
 Outcome outcome_of(const EngineError& error) {
   switch (error.kind) {
     case ErrorKind::http_status:
+    case ErrorKind::engine_error:  // as its status says: a 4xx is the request's fault
       return error.status == 429 || error.status >= 500 ? Outcome::failure : Outcome::success;
     case ErrorKind::cancelled:
     case ErrorKind::rejected:

@@ -5,10 +5,12 @@
 // streamed request (`"stream": true` in the body) zero or more chunks, each the JSON payload of
 // one SSE `data:` line; then exactly one terminal call, either on_complete() with the whole
 // response (for a streamed request, assembled from its chunks) and its token usage and finish
-// reason, or on_error(). A completion says with `complete` whether it may be stored
-// (DESIGN.md section 2, "Failure is a miss"). cancel() aborts an in-flight request: the engine
-// releases its slot and KV and the sink receives on_error(cancelled), unless the request had
-// already finished. load() returns the latest load snapshot without blocking.
+// reason, or on_error(). An error the engine reports inside a 200 response (an error event in
+// its stream, an error object in its body) ends in on_error(engine_error), never in a
+// completion; a completion says with `complete` whether it may be stored (DESIGN.md section 2,
+// "Failure is a miss"). cancel() aborts an in-flight request: the engine releases its slot and
+// KV and the sink receives on_error(cancelled), unless the request had already finished.
+// load() returns the latest load snapshot without blocking.
 //
 // Threading: submit(), cancel() and load() may be called from any thread and never block on
 // the engine's work. Sink callbacks run on the engine's own thread, one request's callbacks
@@ -70,6 +72,9 @@ enum class ErrorKind {
   cancelled,           ///< cancel() was called
   rejected,            ///< the engine refused the request itself (bad request, over limits)
   internal,            ///< a bug or an unexpected condition inside the adapter
+  engine_error,        ///< the engine reported an error inside a 200 response: an error event in
+                       ///< its stream or an error object in its body (status: the error's code
+                       ///< when it is 400-599, else 502; body: the error payload as sent)
 };
 
 std::string_view to_string(ErrorKind kind);

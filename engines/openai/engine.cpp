@@ -89,7 +89,8 @@ struct OpenAiEngine::Pending {
 };
 
 // One request's transfer: parses what arrives and reports to the sink. A streamed response is
-// assembled as it arrives (engines/openai/assembly.hpp).
+// assembled as it arrives (engines/openai/assembly.hpp); an error event in it is held back from
+// the sink, ends what is read of the stream, and settles the request as the engine's error.
 class OpenAiEngine::Transfer final : public HttpHandler {
  public:
   Transfer(OpenAiEngine* engine, std::shared_ptr<Pending> pending)
@@ -122,7 +123,8 @@ class OpenAiEngine::Transfer final : public HttpHandler {
     events_.clear();
     sse_.feed(bytes, events_);
     for (std::string& data : events_) {
-      if (done_) continue;  // nothing counts after [DONE]
+      // Nothing counts after [DONE], nor after the engine said the request failed.
+      if (done_ || error_event_) continue;
       if (data == "[DONE]") {
         done_ = true;
         continue;
@@ -132,6 +134,12 @@ class OpenAiEngine::Transfer final : public HttpHandler {
         problem_ = "a streamed chunk is not a JSON object: " + data.substr(0, 200);
         return false;
       }
+      if (is_error_object(chunk)) {
+        // Kept exactly as sent: the caller gets it as the engine's error (a gateway writes it as
+        // the stream's last event), never as a chunk of a result.
+        error_event_ = engine_error(chunk, std::move(data), "inside its stream");
+        continue;
+      }
       assembler_.add(chunk);
       pending_->delivered = true;
       sink_->on_chunk(data);
@@ -140,6 +148,9 @@ class OpenAiEngine::Transfer final : public HttpHandler {
   }
 
   void on_done(const HttpOutcome& outcome) override {
+    // The engine's own word on why its stream failed says more than what came after it.
+    if (error_event_ && outcome.kind != HttpOutcome::Kind::cancelled)
+      return engine_->settle(pending_, std::move(*error_event_), std::nullopt);
     if (outcome.kind != HttpOutcome::Kind::ok) {
       EngineError e;
       e.kind = error_kind(outcome.kind);
@@ -171,6 +182,10 @@ class OpenAiEngine::Transfer final : public HttpHandler {
       r.complete = assembler_.complete();
     } else {
       const json j = json::parse(body_, nullptr, false);
+      if (is_error_object(j)) {
+        return engine_->settle(pending_, engine_error(j, std::move(body_), "in its body"),
+                               std::nullopt);
+      }
       if (!j.is_object() || !j.contains("choices")) {
         return engine_->settle(
             pending_,
@@ -189,6 +204,14 @@ class OpenAiEngine::Transfer final : public HttpHandler {
   }
 
  private:
+  // An error the engine reported in a 200 response, with its payload exactly as sent.
+  static EngineError engine_error(const json& error, std::string payload, std::string_view where) {
+    const ReportedError reported = reported_error(error);
+    return EngineError{
+        ErrorKind::engine_error, reported.status, std::move(payload),
+        "the engine reported an error " + std::string(where) + ": " + reported.message};
+  }
+
   OpenAiEngine* engine_;
   std::shared_ptr<Pending> pending_;
   std::shared_ptr<ResponseSink> sink_;
@@ -199,6 +222,7 @@ class OpenAiEngine::Transfer final : public HttpHandler {
   SseParser sse_;
   std::vector<std::string> events_;
   bool done_ = false;
+  std::optional<EngineError> error_event_;
   std::string problem_;
   StreamAssembler assembler_;
 };

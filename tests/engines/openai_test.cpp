@@ -364,6 +364,52 @@ TEST(OpenAiFaults, ResetMidStream) {
 
 // -- errors inside a 200 response, and results that did not finish ------------------------------
 
+TEST(OpenAiFaults, AnErrorEventMidStreamEndsTheRequestWithThePayloadAsSent) {
+  FaultyServer server(FaultyServer::Mode::stream_error_midway);
+  const Outcome o = run_against(server.base_url(), true);
+  ASSERT_TRUE(o.error) << "an error event is never a completion";
+  EXPECT_EQ(o.error->kind, ErrorKind::engine_error) << o.error->message;
+  EXPECT_EQ(o.error->status, 500) << "the error's own code";
+  EXPECT_EQ(o.error->body, testing::kErrorEvent) << "exactly as the engine sent it";
+  EXPECT_NE(o.error->message.find("the engine failed mid-way"), std::string::npos);
+  ASSERT_EQ(o.chunks.size(), 2u) << "the chunks before it, and not the error event";
+  for (const auto& c : o.chunks)
+    EXPECT_FALSE(json::parse(c).contains("error")) << c;
+  EXPECT_EQ(server.requests(), 1) << "the engine ran it: not retried";
+}
+
+TEST(OpenAiFaults, AnErrorOnlyStreamAndAnErrorBodyAreEngineErrors) {
+  for (const bool stream : {true, false}) {
+    SCOPED_TRACE(stream ? "stream" : "body");
+    FaultyServer server(stream ? FaultyServer::Mode::stream_error_only
+                               : FaultyServer::Mode::error_object_200);
+    const Outcome o = run_against(server.base_url(), stream);
+    ASSERT_TRUE(o.error);
+    EXPECT_EQ(o.error->kind, ErrorKind::engine_error) << o.error->message;
+    EXPECT_EQ(o.error->status, 500);
+    EXPECT_EQ(o.error->body, testing::kErrorEvent);
+    EXPECT_TRUE(o.chunks.empty());
+  }
+}
+
+TEST(OpenAiFaults, ErrorObjectsSayTheirStatusAndMessage) {
+  EXPECT_TRUE(is_error_object(json::parse(testing::kErrorEvent)));
+  EXPECT_TRUE(is_error_object(json::parse(R"({"object":"error","message":"m","code":400})")));
+  EXPECT_TRUE(is_error_object(json::parse(R"({"error":"overloaded"})")));
+  EXPECT_FALSE(is_error_object(json::parse(R"({"error":null,"choices":[]})")));
+  EXPECT_FALSE(is_error_object(json::parse(testing::kCompletion)));
+  EXPECT_EQ(reported_error(json::parse(testing::kErrorEvent)).status, 500);
+  EXPECT_EQ(reported_error(json::parse(R"({"object":"error","message":"m","code":400})")).status,
+            400);
+  EXPECT_EQ(reported_error(json::parse(R"({"error":{"message":"m","code":"429"}})")).status, 429);
+  // A code that is no HTTP error status says only that the engine failed.
+  const auto odd = reported_error(json::parse(R"({"error":{"message":"m","code":"rate_limit"}})"));
+  EXPECT_EQ(odd.status, 502);
+  EXPECT_EQ(odd.message, "m");
+  EXPECT_EQ(reported_error(json::parse(R"({"error":{"code":200}})")).status, 502);
+  EXPECT_EQ(reported_error(json::parse(R"({"error":"overloaded"})")).message, "overloaded");
+}
+
 TEST(OpenAiFaults, AResponseWithoutFinishReasonIsPassedOnButIncomplete) {
   for (const bool stream : {true, false}) {
     SCOPED_TRACE(stream ? "stream" : "body");
