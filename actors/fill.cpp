@@ -140,7 +140,8 @@ void run_on_engine(Self self, const dsl::Stage& stage, dsl::RenderedRequest req,
             sx.on_result = [=](const ExecResultPtr& r) {
               auto& sy = self->state;
               sy.handle = 0;
-              if (!r->ok || r->result.status != 200)
+              // Only a normal completion becomes a shadow; anything else is a miss.
+              if (!r->ok || !storable(req.endpoint, r->result))
                 return finish(self, sy.cancelled ? FillStatus::cancelled : FillStatus::failed);
               sy.engine_time += r->result.engine_time;
               self->send(svc.pricing, cost_atom::value, stage.fingerprint,

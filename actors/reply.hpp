@@ -54,8 +54,13 @@ class ReplySink {
 };
 
 // The SSE data payloads a live engine would have streamed for `body` (a complete chat or
-// completions response): the role chunk, the text in pieces of a few words, the finish chunk,
-// and the usage chunk when `include_usage`. The concatenated text equals the body's.
+// completions response), so that accumulating them (as the OpenAI SDKs and the adapter's
+// assembler do) gives back the body's choices. Per choice, in order: the role chunk (with any
+// message field it does not stream piece by piece), the reasoning and the text in pieces of a
+// few words (the text in one piece, with the choice's logprobs, when it has them), the refusal,
+// the function call, a chunk per tool call (id, type, name and the whole arguments, as vLLM
+// sends them), and the finish chunk with the finish reason and the choice's other fields
+// (vLLM's stop_reason). Then the usage chunk when `include_usage`.
 std::vector<std::string> replay_chunks(std::string_view endpoint, std::string_view body,
                                        bool include_usage);
 

@@ -1,6 +1,7 @@
 #include "actors/services.hpp"
 
 #include "actors/reply.hpp"
+#include "engines/completion.hpp"
 #include "runtime/predictor.hpp"
 
 #include <algorithm>
@@ -24,6 +25,13 @@ Hash128 scoped_name(const Switches& switches, const Hash128& name, const std::st
 
 bool reusable(const dsl::Stage& s) {
   return s.speculable && s.kind != dsl::StageKind::user && s.writes.empty();
+}
+
+bool storable(const std::string& endpoint, const engines::EngineResult& r) {
+  if (r.status != 200 || !r.complete) return false;
+  // A tool's output is whatever the tool returns: the call succeeding is all there is to check.
+  if (endpoint.rfind("/v1/dynrt/tools/", 0) == 0) return true;
+  return !engines::abnormal_completion(endpoint, r.body);
 }
 
 const dsl::SpeculationLimits& limits_of(const dsl::TemplateGraph&, const dsl::Decision& d) {
