@@ -17,14 +17,18 @@ bool include_usage(const json& body) {
   return u != it->end() && u->is_boolean() && u->get<bool>();
 }
 
-ReplySink::ReplySink(ReplyCallbacks callbacks, std::string endpoint, const json& body)
+ReplySink::ReplySink(ReplyCallbacks callbacks, std::string endpoint, const json& body,
+                     std::shared_ptr<std::atomic<std::uint64_t>> errors)
     : callbacks_(std::move(callbacks)),
       endpoint_(std::move(endpoint)),
       stream_(engines::wants_stream(body)),
-      include_usage_(include_usage(body)) {}
+      include_usage_(include_usage(body)),
+      errors_(std::move(errors)) {}
 
 ReplySink::~ReplySink() {
-  if (!answered_ && callbacks_.on_done)
+  if (answered_) return;
+  if (errors_) ++*errors_;
+  if (callbacks_.on_done)
     callbacks_.on_done(
         error_reply(503, "service_unavailable", "dynrt stopped before this call was answered"));
 }
@@ -60,6 +64,7 @@ bool ReplySink::done(Reply reply) {
     answered_ = true;
     f = std::move(callbacks_.on_done);
   }
+  if (!reply.ok() && errors_) ++*errors_;
   if (f) f(std::move(reply));
   return true;
 }

@@ -3,12 +3,17 @@
 //
 // ReplySink is shared by whoever may answer (an actor, an engine's thread forwarding chunks);
 // the first done() wins and later ones are ignored. A sink destroyed unanswered (its actor
-// died, the runtime shut down) answers 503, so no caller waits forever. Thread-safe.
+// died, the runtime shut down) answers 503, so no caller waits forever. The answer is counted
+// there, once per call whichever path gave it: an error answer bumps the runtime's error
+// counter. Thread-safe.
 #pragma once
 
 #include "actors/runtime.hpp"
 #include "engines/engine.hpp"
 
+#include <atomic>
+#include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -18,8 +23,10 @@ namespace dynrt::actors {
 
 class ReplySink {
  public:
-  // `endpoint` and `body` are the call's: whether it streams, and in which shape.
-  ReplySink(ReplyCallbacks callbacks, std::string endpoint, const nlohmann::json& body);
+  // `endpoint` and `body` are the call's: whether it streams, and in which shape. `errors`
+  // (when given) counts the call if it is answered with an error.
+  ReplySink(ReplyCallbacks callbacks, std::string endpoint, const nlohmann::json& body,
+            std::shared_ptr<std::atomic<std::uint64_t>> errors = nullptr);
   ~ReplySink();
   ReplySink(const ReplySink&) = delete;
   ReplySink& operator=(const ReplySink&) = delete;
@@ -49,6 +56,7 @@ class ReplySink {
   bool started_ = false;
   bool cancelled_ = false;
   std::function<void()> canceller_;
+  std::shared_ptr<std::atomic<std::uint64_t>> errors_;
 
   void start(Served how);  // under the lock
 };

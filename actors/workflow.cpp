@@ -162,8 +162,7 @@ void answer(Self self, std::uint64_t id, Reply reply) {
       ++c.served_cache;
       break;
   }
-  if (!reply.ok()) ++c.errors;
-  it->second.demand->sink->done(std::move(reply));
+  it->second.demand->sink->done(std::move(reply));  // which counts an error answer
   st.pending.erase(it);
 }
 

@@ -386,6 +386,27 @@ TEST(StreamFaults, StreamedToolCallsAreStoredWholeAndReplayedFaithfully) {
   EXPECT_EQ(rig.server.requests(), 1);
 }
 
+// Errors are counted once per call whichever path answers it: a call no template claims, a
+// call for a stage its template does not have, a tool nobody serves, a workflow's stage, a call
+// after shutdown.
+TEST(StreamFaults, EveryErrorAnswerIsCountedOnce) {
+  FaultRig rig(Mode::status_500);
+  auto expect_errors = [&](std::uint64_t n, const char* what) {
+    EXPECT_EQ(rig.rt->stats().errors, n) << what;
+  };
+  EXPECT_EQ(rig.rt->complete({"/v1/chat/completions", handle_body("weather"), {}}).get().status,
+            500);
+  expect_errors(1, "pass-through");
+  EXPECT_EQ(rig.call(handle_body("weather"), "c1", "nosuch").status, 500);
+  expect_errors(2, "a stage the template does not have");
+  EXPECT_EQ(rig.rt->tool("nosuch", json::object(), {}).get().status, 404);
+  expect_errors(3, "no tool engine");
+  EXPECT_EQ(rig.call(handle_body("weather"), "c1", "handle").status, 500);
+  expect_errors(4, "a workflow's stage");
+  EXPECT_EQ(rig.call(router_body(), "c1", "router").status, 200);
+  expect_errors(4, "an answer is no error");
+}
+
 // Demands that joined an execution whose answer cannot be stored are not served it as `cache`:
 // they run themselves (and get the engine's answer for themselves).
 TEST(StreamFaults, WaitersOfAnAnswerThatCannotBeStoredRunThemselves) {
