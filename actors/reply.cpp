@@ -251,6 +251,8 @@ Reply error_reply(int status, std::string_view type, std::string message) {
   r.status = status;
   r.body = error_body(message, type, status);
   r.error = std::move(message);
+  // From a temporary: g++ 12 warns, wrongly, on assigning the literal (-Wrestrict).
+  if (status == 503) r.retry_after = std::string("1");
   return r;
 }
 
@@ -265,6 +267,7 @@ Reply error_reply(const engines::EngineError& e) {
       r.status = e.status > 0 ? e.status : 502;
       r.body = !e.body.empty() ? e.body : error_body(message, "engine_error", r.status);
       r.error = std::move(message);
+      r.retry_after = e.retry_after;
       return r;
     }
     case ErrorKind::connect_timeout:

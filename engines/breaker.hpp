@@ -82,6 +82,9 @@ class CircuitBreaker {
   CircuitState state(RequestKind kind) const;
   // Whether fills are refused now (either circuit open, or a fill probe out).
   bool fills_blocked() const;
+  // How long until the circuit that refuses `kind` lets a probe through (zero: it does now, or
+  // a probe is out): what a refusal's Retry-After says.
+  Duration cooldown_left(RequestKind kind) const;
   BreakerStats stats() const;
   const BreakerOptions& options() const { return options_; }
 

@@ -84,6 +84,7 @@ struct EngineError {
   int status = 0;    // the engine's HTTP status, when it sent one
   std::string body;  // the engine's error body, when it sent one
   std::string message;
+  std::string retry_after = {};  // the engine's Retry-After header as sent; empty when none
 };
 
 class ResponseSink {

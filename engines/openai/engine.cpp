@@ -54,7 +54,9 @@ std::optional<Duration> parse_retry_after(std::string_view v) {
   return std::chrono::seconds(std::stol(std::string(v)));
 }
 
-EngineError circuit_open(RequestKind kind, const std::string& engine) {
+// `cooldown_left`: until the circuit lets a probe through; a canonical caller is told to retry
+// then (in whole seconds, at least one).
+EngineError circuit_open(RequestKind kind, const std::string& engine, Duration cooldown_left) {
   const std::string message = "circuit open: engine " + engine + " is failing; " +
                               (kind == RequestKind::fill ? "fills" : "requests") +
                               " are refused until a probe succeeds";
@@ -63,7 +65,9 @@ EngineError circuit_open(RequestKind kind, const std::string& engine) {
   const json body = {
       {"error",
        {{"message", message}, {"type", "service_unavailable"}, {"param", nullptr}, {"code", 503}}}};
-  return EngineError{ErrorKind::http_status, 503, body.dump(), message};
+  const auto seconds = std::chrono::ceil<std::chrono::seconds>(cooldown_left).count();
+  return EngineError{ErrorKind::http_status, 503, body.dump(), message,
+                     std::to_string(std::max<std::int64_t>(1, seconds))};
 }
 
 }  // namespace
@@ -106,6 +110,7 @@ class OpenAiEngine::Transfer final : public HttpHandler {
         std::equal(name.begin(), name.end(), "retry-after", [](char a, char b) {
           return std::tolower(static_cast<unsigned char>(a)) == b;
         })) {
+      retry_after_raw_ = std::string(value);
       retry_after_ = parse_retry_after(value);
     }
   }
@@ -162,10 +167,11 @@ class OpenAiEngine::Transfer final : public HttpHandler {
       return engine_->settle(pending_, std::move(e), std::nullopt);
     }
     if (status_ != 200) {
-      return engine_->settle(pending_,
-                             EngineError{ErrorKind::http_status, status_, std::move(body_),
-                                         "the engine answered HTTP " + std::to_string(status_)},
-                             retry_after_);
+      return engine_->settle(
+          pending_,
+          EngineError{ErrorKind::http_status, status_, std::move(body_),
+                      "the engine answered HTTP " + std::to_string(status_), retry_after_raw_},
+          retry_after_);
     }
     EngineResult r;
     r.status = 200;
@@ -218,6 +224,7 @@ class OpenAiEngine::Transfer final : public HttpHandler {
   bool stream_;
   int status_ = 0;
   std::optional<Duration> retry_after_;
+  std::string retry_after_raw_;
   std::string body_;
   SseParser sse_;
   std::vector<std::string> events_;
@@ -307,17 +314,19 @@ RequestHandle OpenAiEngine::submit(EngineRequest request, std::shared_ptr<Respon
   call.total_timeout = options_.total_timeout;
   call.max_response_bytes = options_.max_response_bytes;
   Admission admission;
+  Duration cooldown_left{0};
   {
     std::lock_guard lock(mutex_);
     admission = breaker_.admit(p->kind);
     p->probe = admission.probe;
+    if (!admission.allowed) cooldown_left = breaker_.cooldown_left(p->kind);
     in_flight_.emplace(handle, p);
     if (p->kind == RequestKind::canonical) retry_.started();
   }
   if (!admission.allowed) {
     // Refused without any network I/O; answered on the loop thread, as every answer is.
-    loop_->after(Duration::zero(), [this, p] {
-      if (take(p)) p->sink->on_error(circuit_open(p->kind, options_.name));
+    loop_->after(Duration::zero(), [this, p, cooldown_left] {
+      if (take(p)) p->sink->on_error(circuit_open(p->kind, options_.name, cooldown_left));
     });
     return handle;
   }

@@ -11,10 +11,10 @@
 // still the caller's answer, with `complete` false so that it is never stored.
 //
 // Errors are specific: refused connections, each deadline (connect, first byte, idle between
-// chunks, total), HTTP error statuses with the engine's status and body kept, bodies that are
-// not JSON, streams that end without [DONE] or break mid-way, and errors the engine reports
-// inside a 200 response (engine_error): an error event in the stream (a payload with an
-// `error` object, or `"object": "error"`) is not passed on as a chunk, nothing after it
+// chunks, total), HTTP error statuses with the engine's status, body and Retry-After kept,
+// bodies that are not JSON, streams that end without [DONE] or break mid-way, and errors the
+// engine reports inside a 200 response (engine_error): an error event in the stream (a payload
+// with an `error` object, or `"object": "error"`) is not passed on as a chunk, nothing after it
 // counts, and the request ends with that payload exactly as sent; a 200 body that is an error
 // object ends the same way. cancel() aborts the transfer:
 // vLLM and SGLang abort a request whose client disconnects, and for SGLang the adapter also

@@ -407,6 +407,14 @@ TEST(StreamFaults, EveryErrorAnswerIsCountedOnce) {
   expect_errors(4, "an answer is no error");
 }
 
+TEST(StreamFaults, ACallAfterShutdownIsToldWhenToRetry) {
+  FaultRig rig(Mode::ok);
+  rig.rt->shutdown();
+  const Reply r = rig.call(handle_body("weather"), "x1", "handle");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.retry_after, "1");
+}
+
 // Demands that joined an execution whose answer cannot be stored are not served it as `cache`:
 // they run themselves (and get the engine's answer for themselves).
 TEST(StreamFaults, WaitersOfAnAnswerThatCannotBeStoredRunThemselves) {

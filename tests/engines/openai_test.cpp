@@ -430,6 +430,18 @@ TEST(OpenAiFaults, AResponseWithoutFinishReasonIsPassedOnButIncomplete) {
   }
 }
 
+TEST(OpenAiFaults, RetryAfterIsKeptAsSent) {
+  for (const auto mode : {FaultyServer::Mode::status_429, FaultyServer::Mode::status_503}) {
+    FaultyServer server(mode);
+    server.set_retry_after("7");  // beyond the retry cap: the caller gets it at once
+    const Outcome o = run_against(server.base_url(), false);
+    ASSERT_TRUE(o.error);
+    EXPECT_EQ(o.error->retry_after, "7");
+  }
+  FaultyServer plain(FaultyServer::Mode::status_500);
+  EXPECT_EQ(run_against(plain.base_url(), false).error->retry_after, "");
+}
+
 TEST(OpenAiAssembly, StreamedToolCallsAreAssembledIntoTheMessage) {
   FaultyServer server(FaultyServer::Mode::stream_tool_calls);
   const Outcome o = run_against(server.base_url(), true);

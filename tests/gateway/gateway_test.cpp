@@ -580,5 +580,37 @@ TEST_F(GatewayFaults, AnErrorBeforeTheFirstChunkIsAJsonErrorResponse) {
   EXPECT_EQ(metric("dynrt_errors_total"), "1");
 }
 
+TEST_F(GatewayFaults, TheEnginesRetryAfterReachesTheClient) {
+  for (const auto mode : {Mode::status_429, Mode::status_503}) {
+    start(mode);
+    server_->set_retry_after("7");  // beyond the retry cap: the client gets it at once
+    for (const std::string_view tags : {std::string_view(), kTagged}) {
+      SCOPED_TRACE(tags.empty() ? "pass-through" : "tagged");
+      const std::string r = exchange(post("/v1/chat/completions", kFaultsChat, tags));
+      EXPECT_EQ(status_of(r), mode == Mode::status_429 ? 429 : 503) << r;
+      EXPECT_EQ(header_of(r, "Retry-After"), "7") << r;
+      EXPECT_TRUE(json::parse(body_of(r)).contains("error")) << "the engine's body";
+    }
+    TearDown();
+  }
+}
+
+TEST_F(GatewayFaults, DynrtsOwn503sCarryRetryAfter) {
+  auto clock = std::make_shared<ManualClock>();
+  start(Mode::status_500, [&](engines::OpenAiOptions& o) {
+    o.breaker.canonical_failures = 1;  // the first failure opens the circuit for 5 s
+    o.clock = clock;
+  });
+  EXPECT_EQ(status_of(exchange(post("/v1/chat/completions", kFaultsChat))), 500);
+  const std::string refused = exchange(post("/v1/chat/completions", kFaultsChat));
+  EXPECT_EQ(status_of(refused), 503) << refused;
+  EXPECT_EQ(header_of(refused, "Retry-After"), "5") << "when the circuit lets a probe through";
+  EXPECT_EQ(server_->requests(), 1) << "refused without reaching the engine";
+  runtime_->shutdown();
+  const std::string stopping = exchange(post("/v1/chat/completions", kFaultsChat));
+  EXPECT_EQ(status_of(stopping), 503) << stopping;
+  EXPECT_EQ(header_of(stopping, "Retry-After"), "1");
+}
+
 }  // namespace
 }  // namespace dynrt::gateway
