@@ -165,9 +165,9 @@ behavior engine_actor(event_based_actor* self, std::shared_ptr<engines::Engine> 
           }
           const auto started = std::chrono::steady_clock::now();
           // Tool callbacks may run inline (the corpus); the sink only posts messages.
-          tools->call({name, exec->body}, [sink, started](Expected<engines::ToolResult> r) {
+          tools->call({name, exec->body}, [sink, started](engines::ToolOutcome r) {
             if (!r) {
-              sink->on_error({engines::ErrorKind::rejected, 400, {}, r.error().message});
+              sink->on_error(r.error());  // a tool server's 503 stays a 503, Retry-After kept
               return;
             }
             engines::EngineResult out;

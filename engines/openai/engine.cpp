@@ -5,7 +5,6 @@
 #include "engines/openai/sse.hpp"
 
 #include <algorithm>
-#include <cctype>
 
 namespace dynrt::engines {
 
@@ -14,32 +13,6 @@ namespace {
 using nlohmann::json;
 
 constexpr std::size_t kErrorBodyLimit = 64 << 10;  // keep this much of an engine's error body
-
-ErrorKind error_kind(HttpOutcome::Kind k) {
-  switch (k) {
-    case HttpOutcome::Kind::refused:
-      return ErrorKind::refused;
-    case HttpOutcome::Kind::connect_timeout:
-      return ErrorKind::connect_timeout;
-    case HttpOutcome::Kind::first_byte_timeout:
-      return ErrorKind::first_byte_timeout;
-    case HttpOutcome::Kind::idle_timeout:
-      return ErrorKind::idle_timeout;
-    case HttpOutcome::Kind::total_timeout:
-      return ErrorKind::total_timeout;
-    case HttpOutcome::Kind::transport:
-      return ErrorKind::truncated;
-    case HttpOutcome::Kind::aborted:
-      return ErrorKind::malformed;
-    case HttpOutcome::Kind::too_large:
-      return ErrorKind::malformed;
-    case HttpOutcome::Kind::cancelled:
-      return ErrorKind::cancelled;
-    case HttpOutcome::Kind::ok:
-      break;
-  }
-  return ErrorKind::internal;
-}
 
 class Ignore final : public HttpHandler {
  public:
@@ -106,10 +79,7 @@ class OpenAiEngine::Transfer final : public HttpHandler {
 
   void on_status(int status) override { status_ = status; }
   void on_header(std::string_view name, std::string_view value) override {
-    if (name.size() == 11 &&
-        std::equal(name.begin(), name.end(), "retry-after", [](char a, char b) {
-          return std::tolower(static_cast<unsigned char>(a)) == b;
-        })) {
+    if (header_is(name, "retry-after")) {
       retry_after_raw_ = std::string(value);
       retry_after_ = parse_retry_after(value);
     }

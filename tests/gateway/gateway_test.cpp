@@ -6,6 +6,7 @@
 #include "../engines/faulty_server.hpp"
 #include "engines/openai/engine.hpp"
 #include "engines/sim/engine.hpp"
+#include "engines/tools/http_tool.hpp"
 #include "gateway/server.hpp"
 
 #include <gtest/gtest.h>
@@ -513,7 +514,8 @@ std::string header_of(const std::string& response, std::string_view name) {
 
 class GatewayFaults : public ::testing::Test {
  protected:
-  void start(Mode mode, const std::function<void(engines::OpenAiOptions&)>& tune = {}) {
+  void start(Mode mode, const std::function<void(engines::OpenAiOptions&)>& tune = {},
+             std::shared_ptr<engines::ToolEngine> tools = nullptr) {
     server_ = std::make_unique<FaultyServer>(mode);
     engines::OpenAiOptions o;
     o.base_url = server_->base_url();
@@ -523,6 +525,7 @@ class GatewayFaults : public ::testing::Test {
     RuntimeConfig cfg;
     cfg.engines.push_back({"faulty", std::make_shared<engines::OpenAiEngine>(o), {"m"}});
     cfg.template_texts = {{"faults.yaml", kFaultsTemplate}};
+    cfg.tools = std::move(tools);
     auto rt = Runtime::create(cfg);
     ASSERT_TRUE(rt.ok()) << rt.error().message;
     runtime_ = std::move(*rt);
@@ -610,6 +613,19 @@ TEST_F(GatewayFaults, DynrtsOwn503sCarryRetryAfter) {
   const std::string stopping = exchange(post("/v1/chat/completions", kFaultsChat));
   EXPECT_EQ(status_of(stopping), 503) << stopping;
   EXPECT_EQ(header_of(stopping, "Retry-After"), "1");
+}
+
+TEST_F(GatewayFaults, AToolServersRetryAfterReachesTheToolsCaller) {
+  FaultyServer tool_server(Mode::status_503);
+  tool_server.set_retry_after("7");
+  start(Mode::ok, {},
+        std::make_shared<engines::HttpTool>(
+            engines::HttpToolOptions{tool_server.base_url(), {"lookup"}}));
+  const std::string r = exchange(post("/v1/dynrt/tools/lookup", R"({"q": "x"})"));
+  EXPECT_EQ(status_of(r), 503) << "the tool's own status, not a 400: the call was fine";
+  EXPECT_EQ(header_of(r, "Retry-After"), "7") << r;
+  EXPECT_EQ(json::parse(body_of(r))["error"]["message"], "overloaded") << "the tool's body";
+  EXPECT_EQ(metric("dynrt_errors_total"), "1");
 }
 
 }  // namespace
