@@ -26,6 +26,12 @@ bool assign(std::optional<std::string>& to, const json& v) {
   return true;
 }
 
+// Fields that say nothing about the answer: llama.cpp's timings (different on every run) and
+// OpenAI's obfuscation (random padding that hides the payload's size).
+bool ignored(const std::string& key) {
+  return key == "timings" || key == "obfuscation";
+}
+
 ordered_json to_ordered(const json& j) {
   return ordered_json(j);
 }
@@ -58,7 +64,7 @@ void StreamAssembler::add(const json& chunk) {
       if (!v.is_array()) return unfaithful("\"choices\" is not an array");
       for (const json& c : v)
         add_choice(c);
-    } else if (key != "object" && key != "timings" && !v.is_null()) {
+    } else if (key != "object" && !ignored(key) && !v.is_null()) {
       unfaithful("the chunk field \"" + key + "\" is not assembled");
     }
   }
@@ -125,7 +131,7 @@ void StreamAssembler::add_delta(Choice& choice, const json& delta) {
         ok = v.is_null();
       }
     } else {
-      ok = v.is_null();
+      ok = v.is_null() || ignored(key);
     }
     if (!ok) unfaithful("the delta field \"" + key + "\" is not assembled");
   }

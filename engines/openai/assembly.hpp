@@ -8,7 +8,7 @@
 // concatenated); the legacy `function_call` likewise; the finish reason; vLLM's `stop_reason`
 // and SGLang's `matched_stop`. At the top level: id, created, model, `system_fingerprint`,
 // `service_tier`, and the usage chunk's usage as sent (zero counts when there was none);
-// llama.cpp's `timings` (differs on every run) is left out.
+// llama.cpp's `timings` (differs on every run) and OpenAI's `obfuscation` padding are left out.
 //
 // Anything else that carries a value (non-null logprobs, a delta, choice, tool-call or top-level
 // field this does not know) makes the result incomplete: the caller still gets every chunk as

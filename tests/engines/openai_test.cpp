@@ -529,7 +529,13 @@ TEST(OpenAiAssembly, WhatItCannotHoldMakesTheResultIncomplete) {
   EXPECT_NE(why({chunk_of({{{"index", 0}, {"delta", json::object()}, {"token_ids", {1, 2}}}}),
                  chunk_of(json::array({finish}))}),
             "");
-  // ... but null ones say nothing.
+  // ... but null ones say nothing, nor do timings and padding.
+  EXPECT_EQ(why({chunk_of(json::array({{{"index", 0}, {"delta", {{"obfuscation", "x1"}}}}})),
+                 json{{"choices", json::array({finish})},
+                      {"timings", {{"predicted_ms", 3.5}}},
+                      {"obfuscation", "zz"}}
+                     .dump()}),
+            "");
   EXPECT_EQ(why({chunk_of({{{"index", 0}, {"delta", {{"audio", nullptr}}}, {"extra", nullptr}}}),
                  chunk_of(json::array({finish}))}),
             "");
