@@ -124,7 +124,8 @@ void run_on_engine(Self self, const dsl::Stage& stage, dsl::RenderedRequest req,
             // The completion comes as (engdone_atom, tag, result).
             sx.on_result = [=](const ExecResultPtr& r) {
               auto& sy = self->state;
-              if (!r->ok || r->result.status != 200)
+              // Only a normal completion becomes a shadow; anything else is a miss.
+              if (!r->ok || !storable(req.endpoint, r->result))
                 return finish(self, sy.cancelled ? FillStatus::cancelled : FillStatus::failed);
               sy.engine_time += r->result.engine_time;
               self->send(svc.pricing, cost_atom::value, stage.fingerprint,

@@ -315,6 +315,10 @@ Hash128 scoped_name(const Switches& switches, const Hash128& name, const std::st
 
 // Whether stage `s` of `g` may run as a fill or be served from the library.
 bool reusable(const dsl::Stage& s);
+// Whether an execution's result for `endpoint` may become a library entry or a shadow: only one
+// that completed normally (engines/completion.hpp), whatever engine produced it. An abnormal
+// result still answers the call that ran it, as the engine sent it.
+bool storable(const std::string& endpoint, const engines::EngineResult& r);
 // The speculable prefix of a decision's downstream, at most its max_chain stages.
 std::vector<dsl::StageId> fill_chain(const dsl::TemplateGraph& g, const dsl::Decision& d);
 // The effective limits of a decision (its own, else the template's).

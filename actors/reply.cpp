@@ -17,14 +17,18 @@ bool include_usage(const json& body) {
   return u != it->end() && u->is_boolean() && u->get<bool>();
 }
 
-ReplySink::ReplySink(ReplyCallbacks callbacks, std::string endpoint, const json& body)
+ReplySink::ReplySink(ReplyCallbacks callbacks, std::string endpoint, const json& body,
+                     std::shared_ptr<std::atomic<std::uint64_t>> errors)
     : callbacks_(std::move(callbacks)),
       endpoint_(std::move(endpoint)),
       stream_(engines::wants_stream(body)),
-      include_usage_(include_usage(body)) {}
+      include_usage_(include_usage(body)),
+      errors_(std::move(errors)) {}
 
 ReplySink::~ReplySink() {
-  if (!answered_ && callbacks_.on_done)
+  if (answered_) return;
+  if (errors_) ++*errors_;
+  if (callbacks_.on_done)
     callbacks_.on_done(
         error_reply(503, "service_unavailable", "dynrt stopped before this call was answered"));
 }
@@ -60,6 +64,7 @@ bool ReplySink::done(Reply reply) {
     answered_ = true;
     f = std::move(callbacks_.on_done);
   }
+  if (!reply.ok() && errors_) ++*errors_;
   if (f) f(std::move(reply));
   return true;
 }
@@ -119,6 +124,32 @@ bool ReplySink::streamed() const {
   return chunks_sent_;
 }
 
+namespace {
+
+// Pieces of four words (each with its leading space), like a live engine's chunks.
+std::vector<std::string> pieces(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t end = pos, words = 0;
+    while (end < text.size() && words < 4) {
+      ++end;  // the leading space or first character
+      while (end < text.size() && text[end] != ' ')
+        ++end;
+      ++words;
+    }
+    out.push_back(text.substr(pos, end - pos));
+    pos = end;
+  }
+  return out;
+}
+
+bool has_value(const ordered_json& j) {
+  return !j.is_null() && !(j.is_array() && j.empty());
+}
+
+}  // namespace
+
 std::vector<std::string> replay_chunks(std::string_view endpoint, std::string_view body,
                                        bool with_usage) {
   std::vector<std::string> out;
@@ -130,56 +161,96 @@ std::vector<std::string> replay_chunks(std::string_view endpoint, std::string_vi
   head["object"] = chat ? "chat.completion.chunk" : "text_completion";
   head["created"] = full.contains("created") ? full["created"] : ordered_json(0);
   head["model"] = full.value("model", std::string());
+  for (const char* key : {"system_fingerprint", "service_tier"})
+    if (full.contains(key) && !full[key].is_null()) head[key] = full[key];
   auto emit = [&](ordered_json choice) {
     ordered_json j = head;
     j["choices"] = ordered_json::array({std::move(choice)});
     if (with_usage) j["usage"] = nullptr;
     out.push_back(j.dump());
   };
-  std::string text, finish = "stop";
-  if (full.contains("choices") && full["choices"].is_array() && !full["choices"].empty()) {
-    const auto& c = full["choices"][0];
-    if (chat && c.contains("message") && c["message"].is_object() &&
-        c["message"].value("content", ordered_json()).is_string())
-      text = c["message"]["content"].get<std::string>();
-    else if (!chat && c.contains("text") && c["text"].is_string())
-      text = c["text"].get<std::string>();
-    if (c.contains("finish_reason") && c["finish_reason"].is_string())
-      finish = c["finish_reason"].get<std::string>();
-  }
-  if (chat) {
-    emit({{"index", 0},
-          {"delta", {{"role", "assistant"}, {"content", ""}}},
-          {"logprobs", nullptr},
-          {"finish_reason", nullptr}});
-  }
-  // Pieces of four words (each with its leading space), like a live engine's chunks.
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    std::size_t end = pos, words = 0;
-    while (end < text.size() && words < 4) {
-      ++end;  // the leading space or first character
-      while (end < text.size() && text[end] != ' ')
-        ++end;
-      ++words;
+  const ordered_json none;
+  const ordered_json& choices = full.contains("choices") ? full["choices"] : none;
+  for (std::size_t i = 0; choices.is_array() && i < choices.size(); ++i) {
+    const ordered_json& c = choices[i];
+    if (!c.is_object()) continue;
+    const ordered_json index = c.contains("index") ? c["index"] : ordered_json(i);
+    const ordered_json logprobs = c.value("logprobs", ordered_json());
+    // One delta (chat) or one piece of text (completions) of this choice.
+    auto emit_delta = [&](ordered_json delta, ordered_json lp = nullptr) {
+      ordered_json choice;
+      choice["index"] = index;
+      if (chat) {
+        choice["delta"] = std::move(delta);
+      } else {
+        choice["text"] = std::move(delta);
+      }
+      choice["logprobs"] = std::move(lp);
+      choice["finish_reason"] = nullptr;
+      emit(std::move(choice));
+    };
+    // The text: in pieces, or whole with the logprobs that go with it.
+    auto emit_text = [&](const char* field, const std::string& text, bool with_logprobs) {
+      if (with_logprobs) {
+        emit_delta(chat ? ordered_json{{field, text}} : ordered_json(text), logprobs);
+        return;
+      }
+      for (auto& piece : pieces(text))
+        emit_delta(chat ? ordered_json{{field, piece}} : ordered_json(piece));
+    };
+    const bool text_logprobs = has_value(logprobs);
+    if (chat) {
+      const ordered_json m = c.value("message", ordered_json::object());
+      ordered_json role = {{"role", m.value("role", std::string("assistant"))}};
+      if (m.contains("content") && m["content"].is_string()) role["content"] = "";
+      // Fields streamed below have their own chunks; any other goes with the role.
+      for (const auto& [key, v] : m.items())
+        if (key != "role" && key != "content" && key != "reasoning_content" && key != "reasoning" &&
+            key != "refusal" && key != "tool_calls" && key != "function_call" && has_value(v))
+          role[key] = v;
+      emit_delta(std::move(role));
+      for (const char* key : {"reasoning_content", "reasoning"})
+        if (m.contains(key) && m[key].is_string()) emit_text(key, m[key].get<std::string>(), false);
+      const std::string content =
+          m.contains("content") && m["content"].is_string() ? m["content"].get<std::string>() : "";
+      if (text_logprobs || !content.empty()) emit_text("content", content, text_logprobs);
+      if (m.contains("refusal") && m["refusal"].is_string() &&
+          !m["refusal"].get<std::string>().empty())
+        emit_delta({{"refusal", m["refusal"]}});
+      if (m.contains("function_call") && m["function_call"].is_object())
+        emit_delta({{"function_call", m["function_call"]}});
+      if (m.contains("tool_calls") && m["tool_calls"].is_array()) {
+        const auto& calls = m["tool_calls"];
+        for (std::size_t k = 0; k < calls.size(); ++k) {
+          ordered_json call = {{"index", k}};
+          if (calls[k].is_object())
+            for (const auto& [key, v] : calls[k].items())
+              call[key] = v;
+          emit_delta({{"tool_calls", ordered_json::array({std::move(call)})}});
+        }
+      }
+    } else {
+      const std::string text =
+          c.contains("text") && c["text"].is_string() ? c["text"].get<std::string>() : "";
+      if (text_logprobs || !text.empty()) emit_text("text", text, text_logprobs);
     }
-    const std::string piece = text.substr(pos, end - pos);
-    if (chat)
-      emit({{"index", 0},
-            {"delta", {{"content", piece}}},
-            {"logprobs", nullptr},
-            {"finish_reason", nullptr}});
-    else
-      emit({{"index", 0}, {"text", piece}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
-    pos = end;
+    // The finish chunk: the finish reason as stored (never one made up) and the choice's other
+    // fields (vLLM's stop_reason, SGLang's matched_stop).
+    ordered_json finish;
+    finish["index"] = index;
+    if (chat) {
+      finish["delta"] = ordered_json::object();
+    } else {
+      finish["text"] = "";
+    }
+    finish["logprobs"] = nullptr;
+    finish["finish_reason"] = c.value("finish_reason", ordered_json());
+    for (const auto& [key, v] : c.items())
+      if (key != "index" && key != "message" && key != "text" && key != "logprobs" &&
+          key != "finish_reason")
+        finish[key] = v;
+    emit(std::move(finish));
   }
-  if (chat)
-    emit({{"index", 0},
-          {"delta", ordered_json::object()},
-          {"logprobs", nullptr},
-          {"finish_reason", finish}});
-  else
-    emit({{"index", 0}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", finish}});
   if (with_usage && full.contains("usage")) {
     ordered_json j = head;
     j["choices"] = ordered_json::array();
@@ -203,6 +274,8 @@ Reply error_reply(int status, std::string_view type, std::string message) {
   r.status = status;
   r.body = error_body(message, type, status);
   r.error = std::move(message);
+  // From a temporary: g++ 12 warns, wrongly, on assigning the literal (-Wrestrict).
+  if (status == 503) r.retry_after = std::string("1");
   return r;
 }
 
@@ -210,11 +283,14 @@ Reply error_reply(const engines::EngineError& e) {
   using engines::ErrorKind;
   std::string message = "engine: " + e.message;
   switch (e.kind) {
-    case ErrorKind::http_status: {
+    case ErrorKind::http_status:
+    case ErrorKind::engine_error: {
+      // The engine's own answer, as it sent it.
       Reply r;
       r.status = e.status > 0 ? e.status : 502;
       r.body = !e.body.empty() ? e.body : error_body(message, "engine_error", r.status);
       r.error = std::move(message);
+      r.retry_after = e.retry_after;
       return r;
     }
     case ErrorKind::connect_timeout:

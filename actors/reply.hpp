@@ -3,13 +3,18 @@
 //
 // ReplySink is shared by whoever may answer (an actor, an engine's thread forwarding chunks);
 // the first done() wins and later ones are ignored. A sink destroyed unanswered (its actor
-// died, the runtime shut down) answers 503, so no caller waits forever. Thread-safe.
+// died, the runtime shut down) answers 503, so no caller waits forever. The answer is counted
+// there, once per call whichever path gave it: an error answer bumps the runtime's error
+// counter. Thread-safe.
 #pragma once
 
 #include "actors/runtime.hpp"
 #include "engines/engine.hpp"
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -19,8 +24,10 @@ namespace dynrt::actors {
 
 class ReplySink {
  public:
-  // `endpoint` and `body` are the call's: whether it streams, and in which shape.
-  ReplySink(ReplyCallbacks callbacks, std::string endpoint, const nlohmann::json& body);
+  // `endpoint` and `body` are the call's: whether it streams, and in which shape. `errors`
+  // (when given) counts the call if it is answered with an error.
+  ReplySink(ReplyCallbacks callbacks, std::string endpoint, const nlohmann::json& body,
+            std::shared_ptr<std::atomic<std::uint64_t>> errors = nullptr);
   ~ReplySink();
   ReplySink(const ReplySink&) = delete;
   ReplySink& operator=(const ReplySink&) = delete;
@@ -50,6 +57,7 @@ class ReplySink {
   bool started_ = false;
   bool cancelled_ = false;
   std::function<void()> canceller_;
+  std::shared_ptr<std::atomic<std::uint64_t>> errors_;
 
   void start(Served how);  // under the lock
 };
@@ -71,16 +79,24 @@ class Cancellation {
 };
 
 // The SSE data payloads a live engine would have streamed for `body` (a complete chat or
-// completions response): the role chunk, the text in pieces of a few words, the finish chunk,
-// and the usage chunk when `include_usage`. The concatenated text equals the body's.
+// completions response), so that accumulating them (as the OpenAI SDKs and the adapter's
+// assembler do) gives back the body's choices. Per choice, in order: the role chunk (with any
+// message field it does not stream piece by piece), the reasoning and the text in pieces of a
+// few words (the text in one piece, with the choice's logprobs, when it has them), the refusal,
+// the function call, a chunk per tool call (id, type, name and the whole arguments, as vLLM
+// sends them), and the finish chunk with the finish reason and the choice's other fields
+// (vLLM's stop_reason). Then the usage chunk when `include_usage`.
 std::vector<std::string> replay_chunks(std::string_view endpoint, std::string_view body,
                                        bool include_usage);
 
 // {"error": {"message", "type", "code"}}.
 std::string error_body(std::string_view message, std::string_view type, int code);
-// An engine failure as a Reply: the engine's own status and body for an HTTP error, 504 for a
-// timeout, 502 for the rest, 503 for a cancelled or stopped request.
+// An engine failure as a Reply: the engine's own status, body and Retry-After for an HTTP
+// error, and its status and error payload as sent for an error inside a 200 response; 504 for
+// a timeout, 502 for the rest, 503 for a cancelled or stopped request.
 Reply error_reply(const engines::EngineError& error);
+// dynrt's own error. A 503 (shutting down, stopped, cancelled with the runtime) carries
+// `Retry-After: 1`: the call itself was fine, and another try may well succeed.
 Reply error_reply(int status, std::string_view type, std::string message);
 
 bool include_usage(const nlohmann::json& body);

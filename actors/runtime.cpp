@@ -433,7 +433,11 @@ CallId Runtime::complete(Request request, ReplyCallbacks callbacks) {
     calls->remove(id);
     if (done) done(std::move(r));
   };
-  auto sink = std::make_shared<ReplySink>(std::move(callbacks), request.endpoint, request.body);
+  // Every call's sink counts its own error answer, whichever path gives it (pass-through,
+  // workflow, refusal, shutdown).
+  auto sink = std::make_shared<ReplySink>(
+      std::move(callbacks), request.endpoint, request.body,
+      std::shared_ptr<std::atomic<std::uint64_t>>(impl_->counters, &impl_->counters->errors));
   if (!request.body.is_object()) {
     sink->done(error_reply(400, "invalid_request_error", "the request body must be a JSON object"));
     return id;

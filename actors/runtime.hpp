@@ -68,6 +68,9 @@ struct Reply {
   std::string finish_reason;
   Served served = Served::engine;
   std::string error;  // empty when ok; otherwise what went wrong, for logs
+  // With an error: when to try again, for a Retry-After header (the engine's own, as it sent
+  // it; whole seconds on dynrt's own 503s); empty when there is no advice.
+  std::string retry_after;
   bool ok() const { return error.empty(); }
 };
 

@@ -1,6 +1,7 @@
 #include "actors/services.hpp"
 
 #include "actors/reply.hpp"
+#include "engines/completion.hpp"
 #include "run/deadlines.hpp"
 #include "runtime/predictor.hpp"
 
@@ -25,6 +26,13 @@ Hash128 scoped_name(const Switches& switches, const Hash128& name, const std::st
 
 bool reusable(const dsl::Stage& s) {
   return s.speculable && s.kind != dsl::StageKind::user && s.writes.empty();
+}
+
+bool storable(const std::string& endpoint, const engines::EngineResult& r) {
+  if (r.status != 200 || !r.complete) return false;
+  // A tool's output is whatever the tool returns: the call succeeding is all there is to check.
+  if (endpoint.rfind("/v1/dynrt/tools/", 0) == 0) return true;
+  return !engines::abnormal_completion(endpoint, r.body);
 }
 
 const dsl::SpeculationLimits& limits_of(const dsl::TemplateGraph&, const dsl::Decision& d) {
@@ -158,9 +166,9 @@ behavior engine_actor(event_based_actor* self, std::shared_ptr<engines::Engine> 
           }
           const auto started = std::chrono::steady_clock::now();
           // Tool callbacks may run inline (the corpus); the sink only posts messages.
-          tools->call({name, exec->body}, [sink, started](Expected<engines::ToolResult> r) {
+          tools->call({name, exec->body}, [sink, started](engines::ToolOutcome r) {
             if (!r) {
-              sink->on_error({engines::ErrorKind::rejected, 400, {}, r.error().message});
+              sink->on_error(r.error());  // a tool server's 503 stays a 503, Retry-After kept
               return;
             }
             engines::EngineResult out;

@@ -164,8 +164,7 @@ void answer(Self self, std::uint64_t id, Reply reply) {
       ++c.served_cache;
       break;
   }
-  if (!reply.ok()) ++c.errors;
-  it->second.demand->sink->done(std::move(reply));
+  it->second.demand->sink->done(std::move(reply));  // which counts an error answer
   st.pending.erase(it);
   // Ends in a message of its own: the caller may still be in the middle of the answer's
   // bookkeeping.
@@ -374,6 +373,12 @@ void executed(Self self, std::uint64_t id, const ExecResultPtr& r) {
   reply.usage = r->result.usage;
   reply.finish_reason = r->result.finish_reason;
   reply.served = Served::engine;
+  if (p.store && reply.status == 200 && !storable(p.demand->request.endpoint, r->result)) {
+    // Not a normal completion: its caller gets it as the engine sent it, but it is not stored,
+    // and the demands that joined it run themselves rather than be served it as `cache`.
+    land(self, p, Landed::Outcome::retry, reply, nullptr);
+    p.store = false;
+  }
   const double waited = p.waited_ms;
   if (!p.store || reply.status != 200) {
     land(self, p, Landed::Outcome::error, reply, nullptr);

@@ -1,5 +1,7 @@
 #include "engines/breaker.hpp"
 
+#include <algorithm>
+
 namespace dynrt::engines {
 
 std::string_view to_string(CircuitState s) {
@@ -17,6 +19,7 @@ std::string_view to_string(CircuitState s) {
 Outcome outcome_of(const EngineError& error) {
   switch (error.kind) {
     case ErrorKind::http_status:
+    case ErrorKind::engine_error:  // as its status says: a 4xx is the request's fault
       return error.status == 429 || error.status >= 500 ? Outcome::failure : Outcome::success;
     case ErrorKind::cancelled:
     case ErrorKind::rejected:
@@ -126,6 +129,15 @@ bool CircuitBreaker::fills_blocked() const {
   if (effective(canonical_) != CircuitState::closed) return true;
   const CircuitState s = effective(fills_);
   return s == CircuitState::open || (s == CircuitState::half_open && fills_.probe_out);
+}
+
+Duration CircuitBreaker::cooldown_left(RequestKind kind) const {
+  const auto left = [&](const Circuit& c) {
+    if (c.state != CircuitState::open) return Duration::zero();
+    return std::max(Duration::zero(), c.opened_at + options_.cooldown - clock_.now());
+  };
+  if (kind == RequestKind::canonical) return left(canonical_);
+  return std::max(left(canonical_), left(fills_));
 }
 
 BreakerStats CircuitBreaker::stats() const {

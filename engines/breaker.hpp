@@ -2,15 +2,16 @@
 //
 // Every finished request (fill or canonical) is one outcome: a success (the engine answered,
 // including a 4xx other than 429: it is alive), a failure (no connection, a deadline, a 429 or
-// 5xx, a malformed or truncated answer) or neutral (cancelled; a request the breaker refused
-// itself). Two circuits trip on them: the fills' circuit at a low threshold, the canonical
-// circuit at a higher one. A circuit trips when the run of consecutive failures reaches its
-// count, or when the outcomes of the last `window` are at least `min_requests` and the failed
-// share reaches its ratio. While a circuit is open its requests are refused at once (no network
-// I/O); fills are refused too while the canonical circuit is not closed. After `cooldown` the
-// circuit is half-open: one request of its kind goes through as a probe; the probe's success
-// closes the circuit (and forgets the outcomes so far), its failure opens it for another
-// cooldown, a neutral end lets the next request probe.
+// 5xx, an error in a 200 response with such a code or none, a malformed or truncated answer) or
+// neutral (cancelled; a request the breaker refused itself). Two circuits trip on them: the
+// fills' circuit at a low threshold, the canonical circuit at a higher one. A circuit trips
+// when the run of consecutive failures reaches its count, or when the outcomes of the last
+// `window` are at least `min_requests` and the failed share reaches its ratio. While a circuit
+// is open its requests are refused at once (no network I/O); fills are refused too while the
+// canonical circuit is not closed. After `cooldown` the circuit is half-open: one request of
+// its kind goes through as a probe; the probe's success closes the circuit (and forgets the
+// outcomes so far), its failure opens it for another cooldown, a neutral end lets the next
+// request probe.
 //
 // Canonical requests are never refused by default (`canonical_failures` = 0): dynrt should not
 // be the reason a demand fails, and the engine's own error says more than a refusal would.
@@ -81,6 +82,9 @@ class CircuitBreaker {
   CircuitState state(RequestKind kind) const;
   // Whether fills are refused now (either circuit open, or a fill probe out).
   bool fills_blocked() const;
+  // How long until the circuit that refuses `kind` lets a probe through (zero: it does now, or
+  // a probe is out): what a refusal's Retry-After says.
+  Duration cooldown_left(RequestKind kind) const;
   BreakerStats stats() const;
   const BreakerOptions& options() const { return options_; }
 

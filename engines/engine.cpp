@@ -26,6 +26,8 @@ std::string_view to_string(ErrorKind kind) {
       return "rejected";
     case ErrorKind::internal:
       return "internal";
+    case ErrorKind::engine_error:
+      return "engine_error";
   }
   return "internal";
 }

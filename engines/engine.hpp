@@ -5,8 +5,11 @@
 // streamed request (`"stream": true` in the body) zero or more chunks, each the JSON payload of
 // one SSE `data:` line; then exactly one terminal call, either on_complete() with the whole
 // response (for a streamed request, assembled from its chunks) and its token usage and finish
-// reason, or on_error(). cancel() aborts an in-flight request: the engine releases its slot
-// and KV and the sink receives on_error(cancelled), unless the request had already finished.
+// reason, or on_error(). An error the engine reports inside a 200 response (an error event in
+// its stream, an error object in its body) ends in on_error(engine_error), never in a
+// completion; a completion says with `complete` whether it may be stored (DESIGN.md section 2,
+// "Failure is a miss"). cancel() aborts an in-flight request: the engine releases its slot and
+// KV and the sink receives on_error(cancelled), unless the request had already finished.
 // load() returns the latest load snapshot without blocking.
 //
 // Threading: submit(), cancel() and load() may be called from any thread and never block on
@@ -51,6 +54,10 @@ struct EngineResult {
   Usage usage;
   std::string finish_reason;  // "stop", "length", ... (of the first choice)
   Duration engine_time{0};    // time the engine spent on it (simulated time for sim)
+  // The response completed normally (every choice has a finish reason) and, for a stream, was
+  // assembled faithfully from its chunks. Only a complete result may be stored or shared; an
+  // incomplete one is still the engine's answer for the caller that asked.
+  bool complete = true;
 };
 
 enum class ErrorKind {
@@ -65,6 +72,9 @@ enum class ErrorKind {
   cancelled,           ///< cancel() was called
   rejected,            ///< the engine refused the request itself (bad request, over limits)
   internal,            ///< a bug or an unexpected condition inside the adapter
+  engine_error,        ///< the engine reported an error inside a 200 response: an error event in
+                       ///< its stream or an error object in its body (status: the error's code
+                       ///< when it is 400-599, else 502; body: the error payload as sent)
 };
 
 std::string_view to_string(ErrorKind kind);
@@ -74,6 +84,7 @@ struct EngineError {
   int status = 0;    // the engine's HTTP status, when it sent one
   std::string body;  // the engine's error body, when it sent one
   std::string message;
+  std::string retry_after = {};  // the engine's Retry-After header as sent; empty when none
 };
 
 class ResponseSink {

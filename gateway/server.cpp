@@ -9,6 +9,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -40,6 +41,13 @@ std::string openai_error(std::string_view message, std::string_view type, int co
   const json p = param.empty() ? json(nullptr) : json(param);
   return json{{"error", {{"message", message}, {"type", type}, {"param", p}, {"code", code}}}}.dump(
       -1, ' ', false, json::error_handler_t::replace);
+}
+
+// A header value passed on from an engine is written only if it is one line of visible ASCII:
+// nothing an engine sends can add a header or split the response.
+bool header_value_ok(std::string_view v) {
+  return !v.empty() && v.size() <= 256 &&
+         std::all_of(v.begin(), v.end(), [](char c) { return c == ' ' || (c > 0x20 && c < 0x7f); });
 }
 
 }  // namespace
@@ -274,8 +282,9 @@ class Session : public std::enable_shared_from_this<Session> {
       return pump();
     }
     streaming_ = false;
-    respond(static_cast<http::status>(reply.status), std::move(reply.body), "application/json",
-            reply.ok());
+    const bool ok = reply.ok();
+    respond(static_cast<http::status>(reply.status), std::move(reply.body), "application/json", ok,
+            ok ? std::string() : std::move(reply.retry_after));
   }
 
   // A client that closes its connection while its call runs has the call cancelled. A
@@ -373,11 +382,13 @@ class Session : public std::enable_shared_from_this<Session> {
     error(http::status::method_not_allowed, "method not allowed on this route");
   }
 
+  // `retry_after`: an error answer's Retry-After (the engine's, or dynrt's own on its 503s).
   void respond(http::status status, std::string body, std::string_view type,
-               bool with_served = false) {
+               bool with_served = false, std::string retry_after = {}) {
     auto res = std::make_shared<http::response<http::string_body>>(status, request_.version());
     res->set(http::field::content_type, std::string(type));
     if (with_served) res->set("X-DynRT-Served", std::string(to_string(served_)));
+    if (header_value_ok(retry_after)) res->set(http::field::retry_after, retry_after);
     res->keep_alive(keep_alive_);
     res->body() = std::move(body);
     res->prepare_payload();

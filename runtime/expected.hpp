@@ -1,6 +1,7 @@
 // Errors as values: Expected<T> holds either a T or an Error with a message a person can act
 // on. The request path never throws (STYLE.md, from Envoy); functions that can fail because
-// of what a client or a template sent return Expected.
+// of what a client or a template sent return Expected. Expected<T, E> carries a richer error
+// where the caller needs more than a message (a tool call's status, say).
 #pragma once
 
 #include <string>
@@ -13,11 +14,11 @@ struct Error {
   std::string message;
 };
 
-template <class T>
+template <class T, class E = Error>
 class [[nodiscard]] Expected {
  public:
-  Expected(T value) : v_(std::in_place_index<0>, std::move(value)) {}      // NOLINT: implicit
-  Expected(Error error) : v_(std::in_place_index<1>, std::move(error)) {}  // NOLINT: implicit
+  Expected(T value) : v_(std::in_place_index<0>, std::move(value)) {}  // NOLINT: implicit
+  Expected(E error) : v_(std::in_place_index<1>, std::move(error)) {}  // NOLINT: implicit
 
   bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }
@@ -32,10 +33,10 @@ class [[nodiscard]] Expected {
   const T& operator*() const& { return value(); }
 
   // Precondition: !ok().
-  const Error& error() const { return std::get<1>(v_); }
+  const E& error() const { return std::get<1>(v_); }
 
  private:
-  std::variant<T, Error> v_;
+  std::variant<T, E> v_;
 };
 
 inline Error make_error(std::string message) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -21,6 +22,39 @@ void global_init() {
 }
 
 }  // namespace
+
+ErrorKind error_kind(HttpOutcome::Kind k) {
+  switch (k) {
+    case HttpOutcome::Kind::refused:
+      return ErrorKind::refused;
+    case HttpOutcome::Kind::connect_timeout:
+      return ErrorKind::connect_timeout;
+    case HttpOutcome::Kind::first_byte_timeout:
+      return ErrorKind::first_byte_timeout;
+    case HttpOutcome::Kind::idle_timeout:
+      return ErrorKind::idle_timeout;
+    case HttpOutcome::Kind::total_timeout:
+      return ErrorKind::total_timeout;
+    case HttpOutcome::Kind::transport:
+      return ErrorKind::truncated;
+    case HttpOutcome::Kind::aborted:
+      return ErrorKind::malformed;
+    case HttpOutcome::Kind::too_large:
+      return ErrorKind::malformed;
+    case HttpOutcome::Kind::cancelled:
+      return ErrorKind::cancelled;
+    case HttpOutcome::Kind::ok:
+      break;
+  }
+  return ErrorKind::internal;
+}
+
+bool header_is(std::string_view name, std::string_view lower_name) {
+  return name.size() == lower_name.size() &&
+         std::equal(name.begin(), name.end(), lower_name.begin(), [](char a, char b) {
+           return std::tolower(static_cast<unsigned char>(a)) == b;
+         });
+}
 
 struct CurlLoop::Impl {
   std::atomic<std::uint64_t> connections_opened{0};

@@ -12,6 +12,7 @@
 // are dropped, so an owner that schedules them must settle their work itself after stop().
 #pragma once
 
+#include "engines/engine.hpp"
 #include "runtime/clock.hpp"
 
 #include <cstdint>
@@ -54,6 +55,12 @@ struct HttpOutcome {
   int status = 0;  // the HTTP status, once the headers arrived
   std::string message;
 };
+
+// The engine error kind of a transfer that did not end `ok` (one mapping for every HTTP client).
+ErrorKind error_kind(HttpOutcome::Kind kind);
+
+// Whether a header's name is `lower_name` (given in lower case), as HTTP compares names.
+bool header_is(std::string_view name, std::string_view lower_name);
 
 class HttpHandler {
  public:

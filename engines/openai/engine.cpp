@@ -1,67 +1,18 @@
 #include "engines/openai/engine.hpp"
 
+#include "engines/completion.hpp"
+#include "engines/openai/assembly.hpp"
 #include "engines/openai/sse.hpp"
 
 #include <algorithm>
-#include <cctype>
 
 namespace dynrt::engines {
 
 namespace {
 
 using nlohmann::json;
-using ordered_json = nlohmann::ordered_json;
 
 constexpr std::size_t kErrorBodyLimit = 64 << 10;  // keep this much of an engine's error body
-
-ErrorKind error_kind(HttpOutcome::Kind k) {
-  switch (k) {
-    case HttpOutcome::Kind::refused:
-      return ErrorKind::refused;
-    case HttpOutcome::Kind::connect_timeout:
-      return ErrorKind::connect_timeout;
-    case HttpOutcome::Kind::first_byte_timeout:
-      return ErrorKind::first_byte_timeout;
-    case HttpOutcome::Kind::idle_timeout:
-      return ErrorKind::idle_timeout;
-    case HttpOutcome::Kind::total_timeout:
-      return ErrorKind::total_timeout;
-    case HttpOutcome::Kind::transport:
-      return ErrorKind::truncated;
-    case HttpOutcome::Kind::aborted:
-      return ErrorKind::malformed;
-    case HttpOutcome::Kind::too_large:
-      return ErrorKind::malformed;
-    case HttpOutcome::Kind::cancelled:
-      return ErrorKind::cancelled;
-    case HttpOutcome::Kind::ok:
-      break;
-  }
-  return ErrorKind::internal;
-}
-
-Usage usage_of(const json& j) {
-  Usage u;
-  if (j.is_object()) {
-    if (j.contains("prompt_tokens") && j["prompt_tokens"].is_number_integer()) {
-      u.prompt_tokens = j["prompt_tokens"].get<std::int64_t>();
-    }
-    if (j.contains("completion_tokens") && j["completion_tokens"].is_number_integer()) {
-      u.completion_tokens = j["completion_tokens"].get<std::int64_t>();
-    }
-  }
-  return u;
-}
-
-std::string first_finish_reason(const json& j) {
-  if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
-    const json& c = j["choices"][0];
-    if (c.is_object() && c.contains("finish_reason") && c["finish_reason"].is_string()) {
-      return c["finish_reason"].get<std::string>();
-    }
-  }
-  return {};
-}
 
 class Ignore final : public HttpHandler {
  public:
@@ -76,7 +27,9 @@ std::optional<Duration> parse_retry_after(std::string_view v) {
   return std::chrono::seconds(std::stol(std::string(v)));
 }
 
-EngineError circuit_open(RequestKind kind, const std::string& engine) {
+// `cooldown_left`: until the circuit lets a probe through; a canonical caller is told to retry
+// then (in whole seconds, at least one).
+EngineError circuit_open(RequestKind kind, const std::string& engine, Duration cooldown_left) {
   const std::string message = "circuit open: engine " + engine + " is failing; " +
                               (kind == RequestKind::fill ? "fills" : "requests") +
                               " are refused until a probe succeeds";
@@ -85,7 +38,9 @@ EngineError circuit_open(RequestKind kind, const std::string& engine) {
   const json body = {
       {"error",
        {{"message", message}, {"type", "service_unavailable"}, {"param", nullptr}, {"code", 503}}}};
-  return EngineError{ErrorKind::http_status, 503, body.dump(), message};
+  const auto seconds = std::chrono::ceil<std::chrono::seconds>(cooldown_left).count();
+  return EngineError{ErrorKind::http_status, 503, body.dump(), message,
+                     std::to_string(std::max<std::int64_t>(1, seconds))};
 }
 
 }  // namespace
@@ -96,7 +51,8 @@ EngineError circuit_open(RequestKind kind, const std::string& engine) {
 struct OpenAiEngine::Pending {
   RequestHandle handle = 0;
   RequestKind kind = RequestKind::canonical;
-  std::string id;  // the request id (SGLang's rid)
+  std::string id;        // the request id (SGLang's rid)
+  std::string endpoint;  // what the response must be a completion of
   HttpCall call;
   std::shared_ptr<ResponseSink> sink;
   bool stream = false;
@@ -109,7 +65,9 @@ struct OpenAiEngine::Pending {
   bool ended = false;
 };
 
-// One request's transfer: parses what arrives and reports to the sink.
+// One request's transfer: parses what arrives and reports to the sink. A streamed response is
+// assembled as it arrives (engines/openai/assembly.hpp); an error event in it is held back from
+// the sink, ends what is read of the stream, and settles the request as the engine's error.
 class OpenAiEngine::Transfer final : public HttpHandler {
  public:
   Transfer(OpenAiEngine* engine, std::shared_ptr<Pending> pending)
@@ -117,14 +75,12 @@ class OpenAiEngine::Transfer final : public HttpHandler {
         pending_(std::move(pending)),
         sink_(pending_->sink),
         stream_(pending_->stream),
-        chat_(pending_->chat) {}
+        assembler_(pending_->chat) {}
 
   void on_status(int status) override { status_ = status; }
   void on_header(std::string_view name, std::string_view value) override {
-    if (name.size() == 11 &&
-        std::equal(name.begin(), name.end(), "retry-after", [](char a, char b) {
-          return std::tolower(static_cast<unsigned char>(a)) == b;
-        })) {
+    if (header_is(name, "retry-after")) {
+      retry_after_raw_ = std::string(value);
       retry_after_ = parse_retry_after(value);
     }
   }
@@ -142,17 +98,24 @@ class OpenAiEngine::Transfer final : public HttpHandler {
     events_.clear();
     sse_.feed(bytes, events_);
     for (std::string& data : events_) {
-      if (done_) continue;  // nothing counts after [DONE]
+      // Nothing counts after [DONE], nor after the engine said the request failed.
+      if (done_ || error_event_) continue;
       if (data == "[DONE]") {
         done_ = true;
         continue;
       }
-      json chunk = json::parse(data, nullptr, false);
+      const json chunk = json::parse(data, nullptr, false);
       if (!chunk.is_object()) {
         problem_ = "a streamed chunk is not a JSON object: " + data.substr(0, 200);
         return false;
       }
-      absorb(chunk);
+      if (is_error_object(chunk)) {
+        // Kept exactly as sent: the caller gets it as the engine's error (a gateway writes it as
+        // the stream's last event), never as a chunk of a result.
+        error_event_ = engine_error(chunk, std::move(data), "inside its stream");
+        continue;
+      }
+      assembler_.add(chunk);
       pending_->delivered = true;
       sink_->on_chunk(data);
     }
@@ -160,6 +123,9 @@ class OpenAiEngine::Transfer final : public HttpHandler {
   }
 
   void on_done(const HttpOutcome& outcome) override {
+    // The engine's own word on why its stream failed says more than what came after it.
+    if (error_event_ && outcome.kind != HttpOutcome::Kind::cancelled)
+      return engine_->settle(pending_, std::move(*error_event_), std::nullopt);
     if (outcome.kind != HttpOutcome::Kind::ok) {
       EngineError e;
       e.kind = error_kind(outcome.kind);
@@ -171,10 +137,11 @@ class OpenAiEngine::Transfer final : public HttpHandler {
       return engine_->settle(pending_, std::move(e), std::nullopt);
     }
     if (status_ != 200) {
-      return engine_->settle(pending_,
-                             EngineError{ErrorKind::http_status, status_, std::move(body_),
-                                         "the engine answered HTTP " + std::to_string(status_)},
-                             retry_after_);
+      return engine_->settle(
+          pending_,
+          EngineError{ErrorKind::http_status, status_, std::move(body_),
+                      "the engine answered HTTP " + std::to_string(status_), retry_after_raw_},
+          retry_after_);
     }
     EngineResult r;
     r.status = 200;
@@ -185,11 +152,16 @@ class OpenAiEngine::Transfer final : public HttpHandler {
             EngineError{ErrorKind::truncated, status_, {}, "the stream ended without [DONE]"},
             std::nullopt);
       }
-      r.body = assembled();
-      r.usage = usage_;
-      r.finish_reason = finish_reason_;
+      r.body = assembler_.body();
+      r.usage = assembler_.usage();
+      r.finish_reason = assembler_.finish_reason();
+      r.complete = assembler_.complete();
     } else {
       const json j = json::parse(body_, nullptr, false);
+      if (is_error_object(j)) {
+        return engine_->settle(pending_, engine_error(j, std::move(body_), "in its body"),
+                               std::nullopt);
+      }
       if (!j.is_object() || !j.contains("choices")) {
         return engine_->settle(
             pending_,
@@ -197,6 +169,9 @@ class OpenAiEngine::Transfer final : public HttpHandler {
                         "the response is not a completion JSON object"},
             std::nullopt);
       }
+      // A 200 completion that did not finish normally is still the engine's answer for this
+      // caller; `complete` keeps it from being stored.
+      r.complete = !abnormal_parsed_completion(pending_->endpoint, j);
       r.usage = usage_of(j.value("usage", json()));
       r.finish_reason = first_finish_reason(j);
       r.body = std::move(body_);
@@ -205,71 +180,28 @@ class OpenAiEngine::Transfer final : public HttpHandler {
   }
 
  private:
-  void absorb(const json& chunk) {
-    if (id_.empty() && chunk.contains("id") && chunk["id"].is_string()) id_ = chunk["id"];
-    if (model_.empty() && chunk.contains("model") && chunk["model"].is_string()) {
-      model_ = chunk["model"];
-    }
-    if (chunk.contains("created") && chunk["created"].is_number_integer()) {
-      created_ = chunk["created"].get<std::int64_t>();
-    }
-    if (chunk.contains("usage") && chunk["usage"].is_object()) usage_ = usage_of(chunk["usage"]);
-    if (chunk.contains("choices") && chunk["choices"].is_array() && !chunk["choices"].empty()) {
-      const json& c = chunk["choices"][0];
-      if (!c.is_object()) return;
-      if (chat_ && c.contains("delta") && c["delta"].is_object()) {
-        const json& d = c["delta"];
-        if (d.contains("content") && d["content"].is_string())
-          content_ += d["content"].get<std::string>();
-      } else if (!chat_ && c.contains("text") && c["text"].is_string()) {
-        content_ += c["text"].get<std::string>();
-      }
-      if (c.contains("finish_reason") && c["finish_reason"].is_string()) {
-        finish_reason_ = c["finish_reason"];
-      }
-    }
-  }
-
-  std::string assembled() const {
-    ordered_json j;
-    j["id"] = id_;
-    j["object"] = chat_ ? "chat.completion" : "text_completion";
-    j["created"] = created_;
-    j["model"] = model_;
-    ordered_json choice;
-    choice["index"] = 0;
-    if (chat_) {
-      choice["message"] = ordered_json{{"role", "assistant"}, {"content", content_}};
-    } else {
-      choice["text"] = content_;
-    }
-    choice["finish_reason"] =
-        finish_reason_.empty() ? ordered_json(nullptr) : ordered_json(finish_reason_);
-    j["choices"] = ordered_json::array({choice});
-    j["usage"] = ordered_json{{"prompt_tokens", usage_.prompt_tokens},
-                              {"completion_tokens", usage_.completion_tokens},
-                              {"total_tokens", usage_.prompt_tokens + usage_.completion_tokens}};
-    return j.dump();
+  // An error the engine reported in a 200 response, with its payload exactly as sent.
+  static EngineError engine_error(const json& error, std::string payload, std::string_view where) {
+    const ReportedError reported = reported_error(error);
+    return EngineError{
+        ErrorKind::engine_error, reported.status, std::move(payload),
+        "the engine reported an error " + std::string(where) + ": " + reported.message};
   }
 
   OpenAiEngine* engine_;
   std::shared_ptr<Pending> pending_;
   std::shared_ptr<ResponseSink> sink_;
   bool stream_;
-  bool chat_;
   int status_ = 0;
   std::optional<Duration> retry_after_;
+  std::string retry_after_raw_;
   std::string body_;
   SseParser sse_;
   std::vector<std::string> events_;
   bool done_ = false;
+  std::optional<EngineError> error_event_;
   std::string problem_;
-  std::string id_;
-  std::string model_;
-  std::int64_t created_ = 0;
-  std::string content_;
-  std::string finish_reason_;
-  Usage usage_;
+  StreamAssembler assembler_;
 };
 
 // One scrape of /metrics.
@@ -327,6 +259,7 @@ RequestHandle OpenAiEngine::submit(EngineRequest request, std::shared_ptr<Respon
   p->sink = std::move(sink);
   p->stream = wants_stream(request.body);
   p->chat = request.endpoint != "/v1/completions";
+  p->endpoint = request.endpoint;
   if (request.id.empty()) request.id = "dynrt-" + std::to_string(handle);
   if (flavor() == EngineFlavor::sglang && request.body.is_object()) {
     // SGLang aborts by rid: add ours, or abort by the caller's own when it set one.
@@ -351,17 +284,19 @@ RequestHandle OpenAiEngine::submit(EngineRequest request, std::shared_ptr<Respon
   call.total_timeout = options_.total_timeout;
   call.max_response_bytes = options_.max_response_bytes;
   Admission admission;
+  Duration cooldown_left{0};
   {
     std::lock_guard lock(mutex_);
     admission = breaker_.admit(p->kind);
     p->probe = admission.probe;
+    if (!admission.allowed) cooldown_left = breaker_.cooldown_left(p->kind);
     in_flight_.emplace(handle, p);
     if (p->kind == RequestKind::canonical) retry_.started();
   }
   if (!admission.allowed) {
     // Refused without any network I/O; answered on the loop thread, as every answer is.
-    loop_->after(Duration::zero(), [this, p] {
-      if (take(p)) p->sink->on_error(circuit_open(p->kind, options_.name));
+    loop_->after(Duration::zero(), [this, p, cooldown_left] {
+      if (take(p)) p->sink->on_error(circuit_open(p->kind, options_.name, cooldown_left));
     });
     return handle;
   }

@@ -5,11 +5,18 @@
 // is parsed incrementally as server-sent events: every `data:` payload reaches the sink as a
 // chunk as soon as it arrives, `[DONE]` ends it, and the usage chunk of
 // `stream_options.include_usage` is read when present; on_complete() then carries a response
-// assembled from the chunks. A non-streamed response is validated as JSON and passed on whole.
+// assembled from the chunks, every choice with its tool calls (engines/openai/assembly.hpp). A
+// non-streamed response is validated as JSON and passed on whole. A result that did not finish
+// normally (a choice without a finish reason) or that could not be assembled faithfully is
+// still the caller's answer, with `complete` false so that it is never stored.
 //
 // Errors are specific: refused connections, each deadline (connect, first byte, idle between
-// chunks, total), HTTP error statuses with the engine's status and body kept, bodies that are
-// not JSON, streams that end without [DONE] or break mid-way. cancel() aborts the transfer:
+// chunks, total), HTTP error statuses with the engine's status, body and Retry-After kept,
+// bodies that are not JSON, streams that end without [DONE] or break mid-way, and errors the
+// engine reports inside a 200 response (engine_error): an error event in the stream (a payload
+// with an `error` object, or `"object": "error"`) is not passed on as a chunk, nothing after it
+// counts, and the request ends with that payload exactly as sent; a 200 body that is an error
+// object ends the same way. cancel() aborts the transfer:
 // vLLM and SGLang abort a request whose client disconnects, and for SGLang the adapter also
 // posts /abort_request with the request's rid (which it adds to the body as `rid`).
 //

@@ -81,7 +81,9 @@ bool Corpus::has(std::string_view tool) const {
 }
 
 void Corpus::call(ToolCall call, ToolCallback done) {
-  done(run(call));
+  auto r = run(call);
+  if (!r) return done(ToolError{ErrorKind::rejected, 400, {}, r.error().message});
+  done(std::move(*r));
 }
 
 namespace {

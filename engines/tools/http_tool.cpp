@@ -33,27 +33,39 @@ Expected<ToolResult> parse_tool_response(std::string_view body) {
 
 namespace {
 
+constexpr std::size_t kErrorBodyLimit = 64 << 10;  // keep this much of a tool's error body
+
 class ToolTransfer final : public HttpHandler {
  public:
   explicit ToolTransfer(ToolCallback done) : done_(std::move(done)) {}
   void on_status(int status) override { status_ = status; }
+  void on_header(std::string_view name, std::string_view value) override {
+    if (header_is(name, "retry-after")) retry_after_ = std::string(value);
+  }
   bool on_data(std::string_view bytes) override {
     body_.append(bytes);
     return true;
   }
   void on_done(const HttpOutcome& o) override {
-    if (o.kind != HttpOutcome::Kind::ok) return done_(make_error("tool call failed: " + o.message));
+    if (o.kind != HttpOutcome::Kind::ok)
+      return done_(ToolError{error_kind(o.kind), o.status, {}, "tool call failed: " + o.message});
     if (status_ != 200) {
-      return done_(make_error("the tool answered HTTP " + std::to_string(status_) + ": " +
-                              body_.substr(0, 500)));
+      // The tool server's own answer, for the caller: its status, body and Retry-After.
+      return done_(ToolError{
+          ErrorKind::http_status, status_, body_.substr(0, kErrorBodyLimit),
+          "the tool answered HTTP " + std::to_string(status_) + ": " + body_.substr(0, 500),
+          retry_after_});
     }
-    done_(parse_tool_response(body_));
+    auto r = parse_tool_response(body_);
+    if (!r) return done_(ToolError{ErrorKind::malformed, status_, {}, r.error().message});
+    done_(std::move(*r));
   }
 
  private:
   ToolCallback done_;
   int status_ = 0;
   std::string body_;
+  std::string retry_after_;
 };
 
 }  // namespace

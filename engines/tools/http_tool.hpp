@@ -1,7 +1,9 @@
 // A tool behind a URL: POST {"tool": name, "arguments": {...}} as JSON, and read back
 // {"output": ..., "reads": [{"key": "...", "version": N}, ...], "writes": ["..."]} ("reads" and
-// "writes" optional). Runs on its own CurlLoop thread with connect and total deadlines; HTTP
-// errors, bodies that are not that shape, and transport failures come back as errors.
+// "writes" optional). Runs on its own CurlLoop thread with connect and total deadlines. A failed
+// call is a ToolError: an HTTP error status keeps the server's status, body and Retry-After (so
+// a tool's 503 reaches its caller as a 503); a body that is not that shape is `malformed`;
+// transport failures and deadlines keep their own kinds.
 #pragma once
 
 #include "engines/http/curl_loop.hpp"

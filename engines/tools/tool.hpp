@@ -8,6 +8,7 @@
 // retrieval corpus, so the ReAct and Sub-Agent workloads need no external service).
 #pragma once
 
+#include "engines/engine.hpp"
 #include "runtime/expected.hpp"
 
 #include <nlohmann/json.hpp>
@@ -37,13 +38,19 @@ struct ToolResult {
   std::vector<std::string> writes;  // records the call wrote (a write tool)
 };
 
-using ToolCallback = std::function<void(Expected<ToolResult>)>;
+// A failed tool call, in the engines' vocabulary, so that the caller gets what the tool said:
+// `rejected` (400) for a call the tool refuses (an unknown tool, bad arguments); a tool
+// server's error status with its body and Retry-After as sent (`http_status`); a clean kind for
+// a transport failure, a deadline or an answer that is not a tool response.
+using ToolError = EngineError;
+using ToolOutcome = Expected<ToolResult, ToolError>;
+using ToolCallback = std::function<void(ToolOutcome)>;
 
 class ToolEngine {
  public:
   virtual ~ToolEngine() = default;
   virtual bool has(std::string_view tool) const = 0;
-  // Errors: an unknown tool, bad arguments, a failed call. The callback runs exactly once.
+  // The callback runs exactly once, with the result or a ToolError.
   virtual void call(ToolCall call, ToolCallback done) = 0;
 };
 

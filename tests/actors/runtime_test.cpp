@@ -4,6 +4,7 @@
 
 #include "actors/reply.hpp"
 #include "dsl/render.hpp"
+#include "engines/openai/assembly.hpp"
 
 #include <thread>
 
@@ -175,6 +176,48 @@ TEST(Reply, ReplayedChunksCarryTheTextFinishAndUsage) {
   ASSERT_EQ(completion.size(), 2u);
   EXPECT_EQ(json::parse(completion[0])["choices"][0]["text"], "a b");
   EXPECT_TRUE(actors::replay_chunks("/v1/chat/completions", "not json", true).empty());
+}
+
+// Streaming a stored answer back loses nothing an SDK accumulates: every choice, its
+// reasoning, tool calls, refusal, finish reason and stop_reason, and the logprobs of a
+// non-streamed answer that has them.
+TEST(Reply, ReplayedChunksAccumulateToTheStoredChoices) {
+  const json body = json::parse(R"({"id":"c2","object":"chat.completion","created":7,"model":"m",
+    "choices":[
+      {"index":0,"message":{"role":"assistant","content":null,"reasoning_content":"first think, then call",
+        "tool_calls":[
+          {"id":"a","type":"function","function":{"name":"f","arguments":"{\"x\": 1}"}},
+          {"id":"b","type":"function","function":{"name":"g","arguments":"{}"}}]},
+       "logprobs":null,"finish_reason":"tool_calls","stop_reason":null},
+      {"index":1,"message":{"role":"assistant","content":"one two three four five","refusal":"no"},
+       "logprobs":null,"finish_reason":"stop","stop_reason":7}],
+    "usage":{"prompt_tokens":3,"completion_tokens":9,"total_tokens":12}})");
+  engines::StreamAssembler a(true);
+  for (const auto& c : actors::replay_chunks("/v1/chat/completions", body.dump(), true))
+    a.add(json::parse(c));
+  EXPECT_TRUE(a.complete()) << a.why_incomplete();
+  const json replayed = json::parse(a.body());
+  EXPECT_EQ(replayed["choices"], body["choices"]);
+  EXPECT_EQ(replayed["usage"], body["usage"]);
+
+  // Logprobs go with the text, in one piece: an accumulator concatenating them gets them all.
+  const json with_logprobs = json::parse(R"({"id":"c3","object":"chat.completion","created":1,
+    "model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"a b c d e f"},
+    "logprobs":{"content":[{"token":"a","logprob":-0.1}]},"finish_reason":"length"}]})");
+  const auto chunks = actors::replay_chunks("/v1/chat/completions", with_logprobs.dump(), false);
+  std::string text;
+  json logprobs = json::array();
+  for (const auto& c : chunks) {
+    const json j = json::parse(c);
+    const json& choice = j["choices"][0];
+    if (choice["delta"].contains("content")) text += choice["delta"]["content"].get<std::string>();
+    if (choice["logprobs"].is_object())
+      for (const auto& t : choice["logprobs"]["content"])
+        logprobs.push_back(t);
+  }
+  EXPECT_EQ(text, "a b c d e f");
+  EXPECT_EQ(logprobs, with_logprobs["choices"][0]["logprobs"]["content"]);
+  EXPECT_EQ(json::parse(chunks.back())["choices"][0]["finish_reason"], "length");
 }
 
 TEST(Reply, SinkAnswersOnceAndAnswersWhenAbandoned) {

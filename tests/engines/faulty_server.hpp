@@ -8,6 +8,10 @@
 // server's own mode applies (fails the first N attempts, then succeeds). The faults no server
 // can script (a refused connection, a connect timeout) come from refused_url() and
 // FullListener.
+//
+// These are mocks because a real engine cannot be made to produce these faults on demand: an
+// error event inside a 200 stream (vLLM sends one when generation fails mid-way), a 200 body
+// that is an error object, a choice cut off without a finish reason. The shapes copy vLLM's.
 #pragma once
 
 #include <utility>  // before Boost.Asio, whose awaitable.hpp uses std::exchange
@@ -34,6 +38,30 @@ inline constexpr const char* kCompletion =
     R"("message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],)"
     R"("usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}})";
 
+// The error the stream_error_* modes send as an SSE event (and error_object_200 as its body),
+// as vLLM reports a request that failed while it generated.
+inline constexpr const char* kErrorEvent =
+    R"({"error":{"message":"the engine failed mid-way","type":"InternalServerError",)"
+    R"("param":null,"code":500}})";
+
+// The answer of Mode::stream_no_finish to a request that does not stream: no finish reason.
+inline constexpr const char* kUnfinishedCompletion =
+    R"({"id":"x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,)"
+    R"("message":{"role":"assistant","content":"hi"},"finish_reason":null}],)"
+    R"("usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}})";
+
+// The answer of Mode::stream_tool_calls to a request that does not stream: two tool calls, as
+// vLLM answers with a tool parser.
+inline constexpr const char* kToolCallCompletion =
+    R"({"id":"chatcmpl-t","object":"chat.completion","created":5,"model":"m","choices":[)"
+    R"({"index":0,"message":{"role":"assistant","content":null,"tool_calls":[)"
+    R"({"id":"call-1","type":"function","function":{"name":"get_weather",)"
+    R"("arguments":"{\"city\": \"Oslo\"}"}},)"
+    R"({"id":"call-2","type":"function","function":{"name":"get_time",)"
+    R"("arguments":"{\"tz\": \"CET\"}"}}]},)"
+    R"("logprobs":null,"finish_reason":"tool_calls","stop_reason":null}],)"
+    R"("usage":{"prompt_tokens":9,"completion_tokens":12,"total_tokens":21}})";
+
 class FaultyServer {
  public:
   enum class Mode {
@@ -50,6 +78,15 @@ class FaultyServer {
     status_503,      // 503 with Retry-After and an OpenAI error body
     body_truncated,  // 200, a Content-Length longer than the body, then a clean close
     ok,              // a valid answer: a chat.completion, or an SSE stream ending in [DONE]
+    // The stream_* modes answer a request that does not stream with the same fault in a body:
+    // an error object (error_object_200), kUnfinishedCompletion, kToolCallCompletion.
+    stream_error_midway,  // 200, two content chunks, the kErrorEvent event, then [DONE]
+    stream_error_only,    // 200, the kErrorEvent event, then [DONE]
+    error_object_200,     // 200, a body that is kErrorEvent (a stream: stream_error_only)
+    stream_no_finish,     // 200, two content chunks and [DONE]; no chunk has a finish_reason
+    stream_tool_calls,    // 200, a vLLM-like streamed tool call: role, tool_calls deltas (id,
+                          // type, name, then argument fragments) for two calls, finish
+                          // "tool_calls", the usage chunk when asked for, [DONE]
   };
 
   explicit FaultyServer(Mode mode, std::string body = {}) : mode_(mode), body_(std::move(body)) {
@@ -278,7 +315,62 @@ class FaultyServer {
       case Mode::no_response:
         hold();
         break;
+      case Mode::stream_error_midway:
+        if (!stream) return plain("200 OK", "", kErrorEvent);
+        write(s, sse_head + chunk(event) + chunk(event) + chunk(sse(kErrorEvent)) +
+                     chunk("data: [DONE]\n\n") + "0\r\n\r\n");
+        break;
+      case Mode::stream_error_only:
+      case Mode::error_object_200:
+        if (!stream) return plain("200 OK", "", kErrorEvent);
+        write(s, sse_head + chunk(sse(kErrorEvent)) + chunk("data: [DONE]\n\n") + "0\r\n\r\n");
+        break;
+      case Mode::stream_no_finish:
+        if (!stream) return plain("200 OK", "", kUnfinishedCompletion);
+        write(s, sse_head + chunk(event) + chunk(event) + chunk("data: [DONE]\n\n") + "0\r\n\r\n");
+        break;
+      case Mode::stream_tool_calls: {
+        if (!stream) return plain("200 OK", "", kToolCallCompletion);
+        const bool usage = request->body.find("\"include_usage\":true") != std::string::npos;
+        std::string out = sse_head;
+        for (const auto& c : tool_call_chunks(usage))
+          out += chunk(sse(c));
+        write(s, out + chunk("data: [DONE]\n\n") + "0\r\n\r\n");
+        break;
+      }
     }
+  }
+
+  static std::string sse(const std::string& payload) { return "data: " + payload + "\n\n"; }
+
+  // vLLM's shape: the role chunk, each call's id, type and name, its arguments in fragments,
+  // the finish chunk with stop_reason, then (when asked) the usage chunk with no choices.
+  static std::vector<std::string> tool_call_chunks(bool usage) {
+    const std::string head =
+        R"({"id":"chatcmpl-t","object":"chat.completion.chunk","created":5,"model":"m",)";
+    auto delta = [&](const std::string& d, const std::string& finish = "null",
+                     const std::string& extra = "") {
+      return head + R"("choices":[{"index":0,"delta":)" + d +
+             R"(,"logprobs":null,"finish_reason":)" + finish + extra + "}]" +
+             (usage ? R"(,"usage":null)" : "") + "}";
+    };
+    auto call = [](int index, const std::string& fields) {
+      return R"({"tool_calls":[{"index":)" + std::to_string(index) + "," + fields + "}]}";
+    };
+    std::vector<std::string> out = {
+        delta(R"({"role":"assistant","content":""})"),
+        delta(call(0, R"("id":"call-1","type":"function","function":{"name":"get_weather"})")),
+        delta(call(0, R"("function":{"arguments":"{\"city\": "})")),
+        delta(call(0, R"("function":{"arguments":"\"Oslo\"}"})")),
+        delta(call(1, R"("id":"call-2","type":"function","function":{"name":"get_time",)"
+                      R"("arguments":""})")),
+        delta(call(1, R"("function":{"arguments":"{\"tz\": \"CET\"}"})")),
+        delta(R"({"content":""})", R"("tool_calls")", R"(,"stop_reason":null)"),
+    };
+    if (usage)
+      out.push_back(head + R"("choices":[],"usage":{"prompt_tokens":9,"completion_tokens":12,)"
+                           R"("total_tokens":21}})");
+    return out;
   }
 
   struct Rule {

@@ -1,6 +1,8 @@
 // The openai adapter end to end: against the simulated engine's server on 127.0.0.1, port 0
 // (in-process, and the real dynrt-sim-engine binary), and against a server that fails on
 // purpose. Waits are on the adapter's callbacks; the deadlines under test are real time.
+#include "engines/completion.hpp"
+#include "engines/openai/assembly.hpp"
 #include "engines/openai/engine.hpp"
 #include "engines/sim/engine.hpp"
 #include "engines/sim/server.hpp"
@@ -358,6 +360,220 @@ TEST(OpenAiFaults, ResetMidStream) {
   const Outcome o = run_against(server.base_url(), true);
   ASSERT_TRUE(o.error);
   EXPECT_EQ(o.error->kind, ErrorKind::truncated) << o.error->message;
+}
+
+// -- errors inside a 200 response, and results that did not finish ------------------------------
+
+TEST(OpenAiFaults, AnErrorEventMidStreamEndsTheRequestWithThePayloadAsSent) {
+  FaultyServer server(FaultyServer::Mode::stream_error_midway);
+  const Outcome o = run_against(server.base_url(), true);
+  ASSERT_TRUE(o.error) << "an error event is never a completion";
+  EXPECT_EQ(o.error->kind, ErrorKind::engine_error) << o.error->message;
+  EXPECT_EQ(o.error->status, 500) << "the error's own code";
+  EXPECT_EQ(o.error->body, testing::kErrorEvent) << "exactly as the engine sent it";
+  EXPECT_NE(o.error->message.find("the engine failed mid-way"), std::string::npos);
+  ASSERT_EQ(o.chunks.size(), 2u) << "the chunks before it, and not the error event";
+  for (const auto& c : o.chunks)
+    EXPECT_FALSE(json::parse(c).contains("error")) << c;
+  EXPECT_EQ(server.requests(), 1) << "the engine ran it: not retried";
+}
+
+TEST(OpenAiFaults, AnErrorOnlyStreamAndAnErrorBodyAreEngineErrors) {
+  for (const bool stream : {true, false}) {
+    SCOPED_TRACE(stream ? "stream" : "body");
+    FaultyServer server(stream ? FaultyServer::Mode::stream_error_only
+                               : FaultyServer::Mode::error_object_200);
+    const Outcome o = run_against(server.base_url(), stream);
+    ASSERT_TRUE(o.error);
+    EXPECT_EQ(o.error->kind, ErrorKind::engine_error) << o.error->message;
+    EXPECT_EQ(o.error->status, 500);
+    EXPECT_EQ(o.error->body, testing::kErrorEvent);
+    EXPECT_TRUE(o.chunks.empty());
+  }
+}
+
+TEST(OpenAiFaults, ErrorObjectsSayTheirStatusAndMessage) {
+  EXPECT_TRUE(is_error_object(json::parse(testing::kErrorEvent)));
+  EXPECT_TRUE(is_error_object(json::parse(R"({"object":"error","message":"m","code":400})")));
+  EXPECT_TRUE(is_error_object(json::parse(R"({"error":"overloaded"})")));
+  EXPECT_FALSE(is_error_object(json::parse(R"({"error":null,"choices":[]})")));
+  EXPECT_FALSE(is_error_object(json::parse(testing::kCompletion)));
+  EXPECT_EQ(reported_error(json::parse(testing::kErrorEvent)).status, 500);
+  EXPECT_EQ(reported_error(json::parse(R"({"object":"error","message":"m","code":400})")).status,
+            400);
+  EXPECT_EQ(reported_error(json::parse(R"({"error":{"message":"m","code":"429"}})")).status, 429);
+  // A code that is no HTTP error status says only that the engine failed.
+  const auto odd = reported_error(json::parse(R"({"error":{"message":"m","code":"rate_limit"}})"));
+  EXPECT_EQ(odd.status, 502);
+  EXPECT_EQ(odd.message, "m");
+  EXPECT_EQ(reported_error(json::parse(R"({"error":{"code":200}})")).status, 502);
+  EXPECT_EQ(reported_error(json::parse(R"({"error":"overloaded"})")).message, "overloaded");
+}
+
+TEST(OpenAiFaults, AResponseWithoutFinishReasonIsPassedOnButIncomplete) {
+  for (const bool stream : {true, false}) {
+    SCOPED_TRACE(stream ? "stream" : "body");
+    FaultyServer server(FaultyServer::Mode::stream_no_finish);
+    const Outcome o = run_against(server.base_url(), stream);
+    ASSERT_TRUE(o.result) << (o.error ? o.error->message : "");
+    EXPECT_FALSE(o.result->complete) << "never stored";
+    EXPECT_EQ(o.chunks.size(), stream ? 2u : 0u) << "the caller gets what the engine sent";
+    if (!stream) {
+      EXPECT_EQ(o.result->body, testing::kUnfinishedCompletion);
+    }
+  }
+  SimBackend backend;  // a normal answer is complete, streamed or not
+  for (const bool stream : {true, false}) {
+    const Outcome o = run_against(backend.url(), stream);
+    ASSERT_TRUE(o.result);
+    EXPECT_TRUE(o.result->complete) << o.result->body;
+  }
+}
+
+TEST(OpenAiFaults, RetryAfterIsKeptAsSent) {
+  for (const auto mode : {FaultyServer::Mode::status_429, FaultyServer::Mode::status_503}) {
+    FaultyServer server(mode);
+    server.set_retry_after("7");  // beyond the retry cap: the caller gets it at once
+    const Outcome o = run_against(server.base_url(), false);
+    ASSERT_TRUE(o.error);
+    EXPECT_EQ(o.error->retry_after, "7");
+  }
+  FaultyServer plain(FaultyServer::Mode::status_500);
+  EXPECT_EQ(run_against(plain.base_url(), false).error->retry_after, "");
+}
+
+TEST(OpenAiAssembly, StreamedToolCallsAreAssembledIntoTheMessage) {
+  FaultyServer server(FaultyServer::Mode::stream_tool_calls);
+  const Outcome o = run_against(server.base_url(), true);
+  ASSERT_TRUE(o.result) << (o.error ? o.error->message : "");
+  EXPECT_TRUE(o.result->complete) << o.result->body;
+  EXPECT_EQ(o.result->finish_reason, "tool_calls");
+  EXPECT_EQ(o.result->usage.completion_tokens, 12);
+  const json body = json::parse(o.result->body);
+  const json whole = json::parse(testing::kToolCallCompletion);
+  EXPECT_EQ(body["choices"], whole["choices"]) << "the streamed answer is the whole answer";
+  EXPECT_EQ(body["usage"], whole["usage"]);
+  EXPECT_EQ(body["id"], whole["id"]);
+  EXPECT_EQ(body["object"], "chat.completion");
+}
+
+json assemble(const std::vector<std::string>& chunks, bool chat, std::string* why = nullptr) {
+  StreamAssembler a(chat);
+  for (const auto& c : chunks)
+    a.add(json::parse(c));
+  if (why) *why = a.why_incomplete();
+  return json::parse(a.body());
+}
+
+std::string chunk_of(const json& choices) {
+  return json{{"id", "c"},
+              {"object", "chat.completion.chunk"},
+              {"created", 1},
+              {"model", "m"},
+              {"choices", choices}}
+      .dump();
+}
+
+TEST(OpenAiAssembly, EveryChoiceIsAssembledByItsIndex) {
+  // n = 2, interleaved, with reasoning, a refusal and vLLM's stop_reason.
+  const std::vector<std::string> chunks = {
+      chunk_of({{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}},
+                {{"index", 1}, {"delta", {{"role", "assistant"}, {"content", ""}}}}}),
+      chunk_of({{{"index", 1}, {"delta", {{"reasoning_content", "think "}}}}}),
+      chunk_of({{{"index", 0}, {"delta", {{"content", "one "}}}, {"logprobs", nullptr}}}),
+      chunk_of({{{"index", 1}, {"delta", {{"reasoning_content", "hard"}, {"content", "two"}}}}}),
+      chunk_of({{{"index", 0}, {"delta", {{"content", "more"}}}}}),
+      chunk_of({{{"index", 1},
+                 {"delta", json::object()},
+                 {"finish_reason", "length"},
+                 {"stop_reason", nullptr}}}),
+      chunk_of({{{"index", 0},
+                 {"delta", {{"refusal", "no"}}},
+                 {"finish_reason", "stop"},
+                 {"stop_reason", 7}}}),
+  };
+  std::string why;
+  const json body = assemble(chunks, true, &why);
+  EXPECT_EQ(why, "");
+  ASSERT_EQ(body["choices"].size(), 2u);
+  const json& a = body["choices"][0];
+  EXPECT_EQ(a["message"]["content"], "one more");
+  EXPECT_EQ(a["message"]["refusal"], "no");
+  EXPECT_EQ(a["finish_reason"], "stop");
+  EXPECT_EQ(a["stop_reason"], 7);
+  const json& b = body["choices"][1];
+  EXPECT_EQ(b["index"], 1);
+  EXPECT_EQ(b["message"]["content"], "two");
+  EXPECT_EQ(b["message"]["reasoning_content"], "think hard");
+  EXPECT_EQ(b["finish_reason"], "length");
+  EXPECT_TRUE(b["stop_reason"].is_null());
+}
+
+TEST(OpenAiAssembly, WhatItCannotHoldMakesTheResultIncomplete) {
+  const auto why = [](std::vector<std::string> chunks, bool chat = true) {
+    std::string w;
+    assemble(chunks, chat, &w);
+    return w;
+  };
+  const json finish = {{"index", 0}, {"delta", json::object()}, {"finish_reason", "stop"}};
+  EXPECT_EQ(why({chunk_of(json::array({finish}))}), "");
+  // Logprobs, an unknown delta field, an unknown choice field with a value: not stored.
+  EXPECT_NE(why({chunk_of({{{"index", 0},
+                            {"delta", {{"content", "x"}}},
+                            {"logprobs", {{"content", json::array()}}}}}),
+                 chunk_of(json::array({finish}))}),
+            "");
+  EXPECT_NE(why({chunk_of({{{"index", 0}, {"delta", {{"audio", {{"id", "a"}}}}}}}),
+                 chunk_of(json::array({finish}))}),
+            "");
+  EXPECT_NE(why({chunk_of({{{"index", 0}, {"delta", json::object()}, {"token_ids", {1, 2}}}}),
+                 chunk_of(json::array({finish}))}),
+            "");
+  // ... but null ones say nothing, nor do timings and padding.
+  EXPECT_EQ(why({chunk_of(json::array({{{"index", 0}, {"delta", {{"obfuscation", "x1"}}}}})),
+                 json{{"choices", json::array({finish})},
+                      {"timings", {{"predicted_ms", 3.5}}},
+                      {"obfuscation", "zz"}}
+                     .dump()}),
+            "");
+  EXPECT_EQ(why({chunk_of({{{"index", 0}, {"delta", {{"audio", nullptr}}}, {"extra", nullptr}}}),
+                 chunk_of(json::array({finish}))}),
+            "");
+  // A choice that never finished; one choice of two that never finished; no choice at all.
+  EXPECT_NE(why({chunk_of({{{"index", 0}, {"delta", {{"content", "x"}}}}})}), "");
+  EXPECT_NE(why({chunk_of({finish, {{"index", 1}, {"delta", {{"content", "x"}}}}})}), "");
+  EXPECT_NE(why({}), "");
+  // A tool call that never said its name.
+  EXPECT_NE(
+      why({chunk_of(
+          {{{"index", 0},
+            {"delta", {{"tool_calls", {{{"index", 0}, {"function", {{"arguments", "{}"}}}}}}}},
+            {"finish_reason", "tool_calls"}}})}),
+      "");
+  // Completions: text and its finish.
+  const json text =
+      assemble({chunk_of({{{"index", 0}, {"text", "Once "}}}),
+                chunk_of({{{"index", 0}, {"text", "upon"}, {"finish_reason", "length"}}})},
+               false);
+  EXPECT_EQ(text["object"], "text_completion");
+  EXPECT_EQ(text["choices"][0]["text"], "Once upon");
+}
+
+TEST(Completion, OnlyANormalCompletionIsNormal) {
+  EXPECT_FALSE(abnormal_completion("/v1/chat/completions", testing::kCompletion));
+  EXPECT_FALSE(abnormal_completion("/v1/chat/completions", testing::kToolCallCompletion));
+  for (const char* body :
+       {"not json", "[]", testing::kErrorEvent, testing::kUnfinishedCompletion,
+        R"({"object":"error","message":"m"})", R"({"choices":[]})", R"({"id":"x"})",
+        R"({"choices":[{"index":0,"finish_reason":"stop"}]})",
+        R"({"choices":[{"index":0,"message":{"content":"a"},"finish_reason":""}]})"}) {
+    EXPECT_TRUE(abnormal_completion("/v1/chat/completions", body)) << body;
+  }
+  EXPECT_FALSE(abnormal_completion("/v1/completions",
+                                   R"({"choices":[{"text":"a","finish_reason":"stop"}]})"));
+  EXPECT_TRUE(abnormal_completion("/v1/completions", testing::kCompletion))
+      << "a chat answer is not a text completion";
+  EXPECT_TRUE(abnormal_completion("/v1/embeddings", testing::kCompletion));
 }
 
 TEST(OpenAiFaults, SglangCancellationAlsoPostsAbortRequestWithTheRid) {

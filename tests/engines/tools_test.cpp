@@ -12,11 +12,10 @@ namespace {
 
 using nlohmann::json;
 
-Expected<ToolResult> call(ToolEngine& tool, const std::string& name, json args) {
-  std::promise<Expected<ToolResult>> p;
+ToolOutcome call(ToolEngine& tool, const std::string& name, json args) {
+  std::promise<ToolOutcome> p;
   auto f = p.get_future();
-  tool.call(ToolCall{name, std::move(args)},
-            [&](Expected<ToolResult> r) { p.set_value(std::move(r)); });
+  tool.call(ToolCall{name, std::move(args)}, [&](ToolOutcome r) { p.set_value(std::move(r)); });
   return f.get();
 }
 
@@ -68,6 +67,10 @@ TEST(Corpus, SearchRanksByQueryWordsAndReadsWhatItReturns) {
 
 TEST(Corpus, BadCallsAreErrors) {
   auto c = corpus();
+  const auto bad = call(*c, "retrieve", json::object());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().kind, ErrorKind::rejected) << "a bad call is the caller's fault: a 400";
+  EXPECT_EQ(bad.error().status, 400);
   EXPECT_FALSE(call(*c, "nope", json::object()).ok());
   EXPECT_FALSE(call(*c, "retrieve", json::object()).ok());
   EXPECT_FALSE(call(*c, "retrieve", {{"entity", json::array()}}).ok());
@@ -108,6 +111,29 @@ TEST(HttpTool, FailuresAreErrors) {
   EXPECT_FALSE(parse_tool_response(R"({"output": 1, "reads": [{"key": 1}]})").ok());
   EXPECT_FALSE(parse_tool_response(R"({"output": 1, "writes": [2]})").ok());
   EXPECT_TRUE(parse_tool_response(R"({"output": null})").ok());
+}
+
+// A tool server's error reaches the tool's caller as the server said it: a 503 with its
+// Retry-After stays a 503 (the tool may be retried), not a 400 (the call is wrong).
+TEST(HttpTool, AFailedCallKeepsTheToolsStatusBodyAndRetryAfter) {
+  testing::FaultyServer server(testing::FaultyServer::Mode::status_503);
+  server.set_retry_after("7");
+  HttpTool tool(HttpToolOptions{server.base_url(), {"t"}});
+  const auto r = call(tool, "t", json::object());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().kind, ErrorKind::http_status);
+  EXPECT_EQ(r.error().status, 503);
+  EXPECT_EQ(r.error().retry_after, "7");
+  EXPECT_EQ(json::parse(r.error().body)["error"]["message"], "overloaded");
+  testing::FaultyServer garbled(testing::FaultyServer::Mode::invalid_json);
+  HttpTool other(HttpToolOptions{garbled.base_url(), {"t"}});
+  const auto bad = call(other, "t", json::object());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().kind, ErrorKind::malformed) << "not the caller's fault: a 502";
+  HttpTool nowhere(HttpToolOptions{testing::refused_url(), {"t"}});
+  const auto refused = call(nowhere, "t", json::object());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().kind, ErrorKind::refused);
 }
 
 }  // namespace

@@ -1,7 +1,12 @@
 // The gateway under hostile HTTP: a Gateway on port 0 over an embedded Runtime on the simulated
 // engine, spoken to with raw POSIX sockets (a receive timeout turns a hang into a failure).
-// Every refused request must leave the runtime's counters untouched.
+// Every refused request must leave the runtime's counters untouched. Then engine faults as a
+// client sees them: a Runtime over an OpenAI engine on a misbehaving loopback server
+// (tests/engines/faulty_server.hpp).
+#include "../engines/faulty_server.hpp"
+#include "engines/openai/engine.hpp"
 #include "engines/sim/engine.hpp"
+#include "engines/tools/http_tool.hpp"
 #include "gateway/server.hpp"
 
 #include <gtest/gtest.h>
@@ -459,6 +464,168 @@ TEST_F(GatewayTest, KeptAliveConnectionsServeSeveralRequests) {
     c.send(post("/v1/chat/completions", kChat, "", false));
     EXPECT_EQ(status_of(c.read_response()), 200);
   }
+}
+
+// -- engine faults as a client sees them -------------------------------------------------------
+
+using testing::FaultyServer;
+using Mode = FaultyServer::Mode;
+
+// One reusable stage on the faulty engine.
+const char* kFaultsTemplate = R"(version: 1
+workflow: faults
+stages:
+  answer:
+    kind: model
+    speculable: true
+    model: m
+    params: {temperature: 0, max_tokens: 8}
+    request:
+      messages: [{role: user, content: "hi"}]
+)";
+
+const std::string kFaultsChat =
+    R"({"model":"m","temperature":0,"max_tokens":8,"messages":[{"role":"user","content":"hi"}]})";
+const std::string kFaultsStream = R"({"model":"m","temperature":0,"max_tokens":8,"stream":true,)"
+                                  R"("messages":[{"role":"user","content":"hi"}]})";
+constexpr std::string_view kTagged =
+    "X-DynRT-Workflow: faults\r\nX-DynRT-Workflow-Id: run-1\r\nX-DynRT-Stage: answer\r\n";
+
+// The `data:` payloads of an SSE response, in order (chunk framing never splits an event).
+std::vector<std::string> sse_events(const std::string& response) {
+  std::vector<std::string> out;
+  const std::string body = body_of(response);
+  std::size_t pos = 0;
+  while ((pos = body.find("data: ", pos)) != std::string::npos) {
+    const auto end = body.find("\n\n", pos);
+    out.push_back(body.substr(pos + 6, end - pos - 6));
+    pos = end;
+  }
+  return out;
+}
+
+std::string header_of(const std::string& response, std::string_view name) {
+  const std::string head = response.substr(0, response.find("\r\n\r\n"));
+  const auto at = head.find("\r\n" + std::string(name) + ": ");
+  if (at == std::string::npos) return {};
+  const auto from = at + 4 + name.size();
+  return head.substr(from, head.find("\r\n", from) - from);
+}
+
+class GatewayFaults : public ::testing::Test {
+ protected:
+  void start(Mode mode, const std::function<void(engines::OpenAiOptions&)>& tune = {},
+             std::shared_ptr<engines::ToolEngine> tools = nullptr) {
+    server_ = std::make_unique<FaultyServer>(mode);
+    engines::OpenAiOptions o;
+    o.base_url = server_->base_url();
+    o.scrape_interval = Duration::zero();
+    o.first_byte_timeout = std::chrono::seconds(10);  // a safety net: nothing here stalls
+    if (tune) tune(o);
+    RuntimeConfig cfg;
+    cfg.engines.push_back({"faulty", std::make_shared<engines::OpenAiEngine>(o), {"m"}});
+    cfg.template_texts = {{"faults.yaml", kFaultsTemplate}};
+    cfg.tools = std::move(tools);
+    auto rt = Runtime::create(cfg);
+    ASSERT_TRUE(rt.ok()) << rt.error().message;
+    runtime_ = std::move(*rt);
+    gateway_ = std::make_unique<Gateway>(*runtime_, GatewayOptions{});
+  }
+  void TearDown() override {
+    gateway_.reset();
+    if (runtime_) runtime_->shutdown();
+  }
+  std::string exchange(std::string_view raw) {
+    Conn c(gateway_->port());
+    EXPECT_TRUE(c.connected());
+    c.send(raw);
+    std::string r = c.read_all();
+    EXPECT_FALSE(c.timed_out) << "no answer to " << raw.substr(0, 200);
+    return r;
+  }
+  std::string metric(const std::string& name) {
+    const std::string text =
+        body_of(exchange("GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    const auto at = text.find("\n" + name + " ");
+    if (at == std::string::npos) return {};
+    return text.substr(at + name.size() + 2, text.find('\n', at + 1) - at - name.size() - 2);
+  }
+
+  std::unique_ptr<FaultyServer> server_;
+  std::unique_ptr<Runtime> runtime_;
+  std::unique_ptr<Gateway> gateway_;
+};
+
+TEST_F(GatewayFaults, AnErrorEventMidStreamReachesTheClientAsSentThenDone) {
+  start(Mode::stream_error_midway);
+  const std::string r = exchange(post("/v1/chat/completions", kFaultsStream, kTagged));
+  EXPECT_EQ(status_of(r), 200) << "the stream had begun";
+  const auto events = sse_events(r);
+  ASSERT_EQ(events.size(), 4u) << r;
+  EXPECT_NE(events[0].find("\"content\":\"hi\""), std::string::npos);
+  EXPECT_NE(events[1].find("\"content\":\"hi\""), std::string::npos);
+  EXPECT_EQ(events[2], testing::kErrorEvent) << "the error event exactly as the engine sent it";
+  EXPECT_EQ(events[3], "[DONE]");
+  EXPECT_EQ(metric("dynrt_errors_total"), "1");
+  EXPECT_EQ(metric("dynrt_csl_entries"), "0");
+  // The identical request again: the engine, never the library.
+  const std::string again = exchange(post("/v1/chat/completions", kFaultsStream, kTagged));
+  EXPECT_EQ(header_of(again, "X-DynRT-Served"), "engine");
+  EXPECT_EQ(server_->requests(), 2);
+}
+
+TEST_F(GatewayFaults, AnErrorBeforeTheFirstChunkIsAJsonErrorResponse) {
+  start(Mode::stream_error_only);
+  const std::string r = exchange(post("/v1/chat/completions", kFaultsStream, kTagged));
+  EXPECT_EQ(status_of(r), 500);
+  EXPECT_EQ(header_of(r, "Content-Type"), "application/json");
+  EXPECT_EQ(body_of(r), testing::kErrorEvent);
+  EXPECT_EQ(metric("dynrt_errors_total"), "1");
+}
+
+TEST_F(GatewayFaults, TheEnginesRetryAfterReachesTheClient) {
+  for (const auto mode : {Mode::status_429, Mode::status_503}) {
+    start(mode);
+    server_->set_retry_after("7");  // beyond the retry cap: the client gets it at once
+    for (const std::string_view tags : {std::string_view(), kTagged}) {
+      SCOPED_TRACE(tags.empty() ? "pass-through" : "tagged");
+      const std::string r = exchange(post("/v1/chat/completions", kFaultsChat, tags));
+      EXPECT_EQ(status_of(r), mode == Mode::status_429 ? 429 : 503) << r;
+      EXPECT_EQ(header_of(r, "Retry-After"), "7") << r;
+      EXPECT_TRUE(json::parse(body_of(r)).contains("error")) << "the engine's body";
+    }
+    TearDown();
+  }
+}
+
+TEST_F(GatewayFaults, DynrtsOwn503sCarryRetryAfter) {
+  auto clock = std::make_shared<ManualClock>();
+  start(Mode::status_500, [&](engines::OpenAiOptions& o) {
+    o.breaker.canonical_failures = 1;  // the first failure opens the circuit for 5 s
+    o.clock = clock;
+  });
+  EXPECT_EQ(status_of(exchange(post("/v1/chat/completions", kFaultsChat))), 500);
+  const std::string refused = exchange(post("/v1/chat/completions", kFaultsChat));
+  EXPECT_EQ(status_of(refused), 503) << refused;
+  EXPECT_EQ(header_of(refused, "Retry-After"), "5") << "when the circuit lets a probe through";
+  EXPECT_EQ(server_->requests(), 1) << "refused without reaching the engine";
+  runtime_->shutdown();
+  const std::string stopping = exchange(post("/v1/chat/completions", kFaultsChat));
+  EXPECT_EQ(status_of(stopping), 503) << stopping;
+  EXPECT_EQ(header_of(stopping, "Retry-After"), "1");
+}
+
+TEST_F(GatewayFaults, AToolServersRetryAfterReachesTheToolsCaller) {
+  FaultyServer tool_server(Mode::status_503);
+  tool_server.set_retry_after("7");
+  start(Mode::ok, {},
+        std::make_shared<engines::HttpTool>(
+            engines::HttpToolOptions{tool_server.base_url(), {"lookup"}}));
+  const std::string r = exchange(post("/v1/dynrt/tools/lookup", R"({"q": "x"})"));
+  EXPECT_EQ(status_of(r), 503) << "the tool's own status, not a 400: the call was fine";
+  EXPECT_EQ(header_of(r, "Retry-After"), "7") << r;
+  EXPECT_EQ(json::parse(body_of(r))["error"]["message"], "overloaded") << "the tool's body";
+  EXPECT_EQ(metric("dynrt_errors_total"), "1");
 }
 
 }  // namespace
