@@ -337,10 +337,14 @@ FileResult lint_file(const std::string& path, const LintOptions& options) {
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) return file_finding(path, Rule::io_error, "cannot open the file for reading");
+  // Read to the end or one byte past the limit, with room for the size the file has now (not for
+  // the limit, 4 MiB, which every template's text would otherwise keep as its capacity).
+  const std::size_t limit = options.limits.max_file_bytes;
   std::string text;
-  text.resize(options.limits.max_file_bytes + 1);
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<std::size_t>(in.gcount()));
+  text.reserve(static_cast<std::size_t>(std::min<std::uintmax_t>(ec ? 0 : size, limit)) + 1);
+  char buffer[64 << 10];
+  while (text.size() <= limit && in.read(buffer, sizeof buffer).gcount() > 0)
+    text.append(buffer, static_cast<std::size_t>(in.gcount()));
   if (text.size() > options.limits.max_file_bytes) {  // grew while we looked
     return file_finding(path, Rule::resource_limit, "the file is over the template size limit");
   }
