@@ -115,10 +115,10 @@ GenerationDecision Controller::open_branch(BranchId branch, const Hash128& coord
     }
   }
   // BeginTrial: registered before expansion, so feedback during setup finds it.
-  Branch b;
+  branches_.erase(branch);  // an id opened twice starts afresh
+  Branch& b = branches_.try_emplace(branch).first->second;
   b.coordinate = coordinate;
   b.x = d.x;
-  branches_[branch] = std::move(b);
   ++c.pending;
   ++stats_.branches_opened;
   return d;

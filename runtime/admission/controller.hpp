@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory_resource>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -180,12 +181,15 @@ class Controller {
     double consumption = 0.5;  // EWMA of consumed / admitted fills
     int pending = 0;           // opened, not yet settled
   };
+  // Allocator-aware, so that a branch's lists come from the controller's pool (memory_).
   struct Branch {
+    using allocator_type = std::pmr::polymorphic_allocator<>;
+    explicit Branch(const allocator_type& a) : predicted_ranks(a), reservations(a) {}
     Hash128 coordinate;
     Context x = Context::Zero();
     double y = 0;  // the full-path return so far (Eq. 4)
-    std::vector<std::size_t> predicted_ranks;
-    std::vector<ReservationId> reservations;
+    std::pmr::vector<std::size_t> predicted_ranks;
+    std::pmr::vector<ReservationId> reservations;
     int admitted = 0;
     int consumed = 0;
     bool resolved = false;
@@ -207,8 +211,12 @@ class Controller {
   LoadEnvelope envelope_;
   PriceCurves curves_;
   std::unordered_map<Hash128, ClassState> classes_;
-  std::unordered_map<BranchId, Branch> branches_;
-  std::deque<BranchId> settled_order_;
+  // Branch records outlive the runs around which they are made (settled ones are kept for
+  // delayed feedback); from a pool of their own they do not pin pages of those runs' memory,
+  // which could then not go back to the system after a burst.
+  std::pmr::unsynchronized_pool_resource memory_;
+  std::pmr::unordered_map<BranchId, Branch> branches_{&memory_};
+  std::pmr::deque<BranchId> settled_order_{&memory_};
   std::unordered_map<ReservationId, Reservation> reservations_;
   ReservationId next_reservation_ = 1;
   int fills_in_flight_ = 0;

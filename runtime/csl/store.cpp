@@ -522,7 +522,7 @@ std::size_t Store::retire(EntryRef ref) {
 std::size_t Store::discard_branch(std::uint64_t branch, std::span<const EntryRef> keep) {
   const auto it = branch_shadows_.find(branch);
   if (it == branch_shadows_.end()) return 0;
-  const std::vector<std::uint32_t> list = it->second;  // remove() edits it
+  const std::vector<std::uint32_t> list(it->second.begin(), it->second.end());  // remove() edits it
   std::size_t removed = 0;
   for (const std::uint32_t i : list) {
     const EntryRef ref = ref_of(i);

@@ -266,7 +266,8 @@ class Store {
   std::unordered_map<std::string, std::uint32_t> record_ids_;
   Version sequence_ = 0;      // the last version handed out by write()
   Version pruned_floor_ = 0;  // the version a forgotten record reads as
-  std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> branch_shadows_;
+  std::pmr::unordered_map<std::uint64_t, std::pmr::vector<std::uint32_t>> branch_shadows_{
+      &result_pool_};  // as long-lived as the entries: from their pool
   std::size_t live_ = 0;
   std::size_t shadows_ = 0;
   std::size_t bytes_ = 0;
