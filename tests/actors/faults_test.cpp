@@ -12,6 +12,7 @@
 #include "engines/openai/engine.hpp"
 #include "engines/sim/engine.hpp"
 #include "tests/actors/hold_engine.hpp"
+#include "tests/actors/invariants.hpp"
 
 #include <gtest/gtest.h>
 
@@ -107,6 +108,9 @@ struct FaultRig {
     auto created = Runtime::create(cfg);
     EXPECT_TRUE(created.ok()) << (created.ok() ? "" : created.error().message);
     rt = std::move(*created);
+  }
+  ~FaultRig() {
+    if (rt) expect_budget_returned(*rt, "at the end of the scenario");
   }
 
   Reply call(const json& body, const std::string& run, const std::string& stage) {
