@@ -1,5 +1,5 @@
 // serve_load: holds C concurrent streaming chat completions against `dynrt serve` for D seconds
-// (issue 9's load test; bench/serve_load.sh runs it against dynrt-sim-engine).
+// (the load test; bench/serve_load.sh runs it against dynrt-sim-engine).
 //
 // One thread and one Boost.Asio io_context, never a thread per connection. Each of the C
 // keep-alive connections sends a streamed POST /v1/chat/completions, reads the SSE stream to
@@ -18,6 +18,8 @@
 // total latency percentiles by how each answer was served (X-DynRT-Served). The last line is
 // `RESULT key=value ...` for scripts. Exit status 0 only with no failure and every connection
 // up. Usage: serve_load --port P [--connections C] [--seconds D] [--seed S] ...
+#include "bench/routing_requests.hpp"
+
 #include <CLI/CLI.hpp>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -61,27 +63,11 @@ struct Options {
   std::string json_path;
 };
 
-// templates/routing.yaml's texts, as the template renders them (folded scalars joined).
-constexpr const char* kRouterSystem =
-    "You route requests to handlers. Think step by step, then end with one line `HANDLER: "
-    "<name>`, where <name> is weather, calendar or email.";
-constexpr std::array<const char*, 3> kHandlers = {"weather", "calendar", "email"};
-constexpr std::array<const char*, 8> kTopics = {"Lisbon", "the quarterly review", "my dentist",
-                                                "Oslo",   "the team offsite",     "a refund",
-                                                "Kyoto",  "the board meeting"};
-
-std::string handler_system(const std::string& h) {
-  return "You are the " + h +
-         " handler. Reply with exactly one JSON object {\"function\": ..., \"arguments\": "
-         "{...}} that calls the " +
-         h + " API.";
-}
-
-// Query k always routes to kHandlers[k % 3]: the engine's script answers by the tag.
-std::string routing_query(int k) {
-  return "Request " + std::to_string(k) + " about " + kTopics[static_cast<std::size_t>(k) % 8] +
-         " [route " + kHandlers[static_cast<std::size_t>(k) % 3] + "]";
-}
+using dynrt::bench::routing::handler_system;
+using dynrt::bench::routing::kHandlers;
+using dynrt::bench::routing::kRouterSystem;
+using dynrt::bench::routing::kTopics;
+using dynrt::bench::routing::query;
 
 enum class Failure { connect, status, malformed, stream_error, content, connection, timeout };
 constexpr std::array<const char*, 7> kFailureNames = {
@@ -184,7 +170,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
       body["temperature"] = 0;
       body["max_tokens"] = 256;
       body["messages"] = {{{"role", "system"}, {"content", handler_system(handler_)}},
-                          {{"role", "user"}, {"content", routing_query(query_)}}};
+                          {{"role", "user"}, {"content", query(query_)}}};
       key_ = "handle:" + handler_ + ":" + std::to_string(query_);
       tags = "X-DynRT-Stage: handle\r\n";
       routing_ = false;
@@ -196,7 +182,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
       body["temperature"] = 0;
       body["max_tokens"] = 512;
       body["messages"] = {{{"role", "system"}, {"content", kRouterSystem}},
-                          {{"role", "user"}, {"content", routing_query(query_)}}};
+                          {{"role", "user"}, {"content", query(query_)}}};
       key_ = "router:" + std::to_string(query_);
       tags = "X-DynRT-Stage: router\r\n";
     } else {

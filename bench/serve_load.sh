@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 9's bounded load test, on loopback: dynrt-sim-engine, `dynrt serve templates/` in front
+# The bounded load test, on loopback: dynrt-sim-engine, `dynrt serve templates/` in front
 # of it, and bench/serve_load holding C concurrent streaming chat completions through dynrt for
 # D seconds (a seeded mix of tagged Routing runs and untagged calls). Meanwhile it samples
 # `dynrt serve`'s resident memory (VmRSS) and open descriptors every second; at the end it
@@ -18,6 +18,7 @@
 # weather handler for every query, so the run must fail: the check that the check can fail).
 # Run from the repository root.
 set -u
+. "$(dirname "$0")/lib.sh"
 connections=1000
 seconds=60
 build=build
@@ -72,18 +73,6 @@ cleanup() {
   wait 2>/dev/null
 }
 trap cleanup EXIT
-
-# Reads the port from the first line a server prints ("... listening on http://HOST:PORT ...").
-port_of() {  # port_of PID FILE
-  for _ in $(seq 1 300); do
-    local p
-    p="$(grep -o 'http://[0-9.]*:[0-9]*' "$2" 2>/dev/null | head -1 | sed 's/.*://')"
-    [ -n "$p" ] && { echo "$p"; return 0; }
-    kill -0 "$1" 2>/dev/null || return 1
-    sleep 0.1
-  done
-  return 1
-}
 
 # The router's answers: a little reasoning, then the handler the query's tag names.
 reasoning="Let me think about which handler fits this request, step by step, looking at what the user asks for and which API can do it."

@@ -16,6 +16,8 @@
 // (dynrt_workflows_live back to at most the probe's run), then `--after` seconds more (RSS
 // after). With `--no-expiry` it stops after the burst (bench/soak.sh then stops the server
 // under load). The last line is `RESULT key=value ...`; a JSON report goes to `--json`.
+#include "bench/routing_requests.hpp"
+
 #include <CLI/CLI.hpp>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -56,20 +58,13 @@ struct Options {
   std::string json_path;
 };
 
-constexpr const char* kRouterSystem =
-    "You route requests to handlers. Think step by step, then end with one line `HANDLER: "
-    "<name>`, where <name> is weather, calendar or email.";
-constexpr const char* kHandlers[] = {"weather", "calendar", "email"};
-
 std::string router_body(const std::string& model, int query) {
-  const std::string q =
-      "Soak request " + std::to_string(query) + " [route " + kHandlers[query % 3] + "]";
-  return json{
-      {"model", model},
-      {"temperature", 0},
-      {"max_tokens", 512},
-      {"messages",
-       {{{"role", "system"}, {"content", kRouterSystem}}, {{"role", "user"}, {"content", q}}}}}
+  return json{{"model", model},
+              {"temperature", 0},
+              {"max_tokens", 512},
+              {"messages",
+               {{{"role", "system"}, {"content", dynrt::bench::routing::kRouterSystem}},
+                {{"role", "user"}, {"content", dynrt::bench::routing::query(query)}}}}}
       .dump();
 }
 

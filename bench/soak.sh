@@ -18,6 +18,7 @@
 # idle time, 60000: the default), --grace-ms MS (shutdown grace, 10000), --after S (30), --out DIR,
 # --serve-arg ARG (one more argument for dynrt serve). Run from the repository root.
 set -u
+. "$(dirname "$0")/lib.sh"
 runs=100000
 connections=16
 build=build
@@ -52,17 +53,6 @@ cleanup() {
   wait 2>/dev/null
 }
 trap cleanup EXIT
-
-port_of() {  # port_of PID FILE
-  for _ in $(seq 1 300); do
-    local p
-    p="$(grep -o 'http://[0-9.]*:[0-9]*' "$2" 2>/dev/null | head -1 | sed 's/.*://')"
-    [ -n "$p" ] && { echo "$p"; return 0; }
-    kill -0 "$1" 2>/dev/null || return 1
-    sleep 0.1
-  done
-  return 1
-}
 
 for h in weather calendar email; do
   printf '{"contains": "[route %s]", "response": "Thinking it over.\\nHANDLER: %s"}\n' "$h" "$h"
