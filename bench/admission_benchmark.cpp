@@ -1,4 +1,4 @@
-// Admission decision costs (issue 4), with Google Benchmark:  ./build/admission_benchmark
+// Admission decision costs, with Google Benchmark:  ./build/admission_benchmark
 // Targets (docs/benchmarks.md): an Action 1 decision with K = 8 candidates <= 10 us; an
 // Action 0 decision <= 2 us; an envelope update <= 100 ns.
 #include "runtime/admission/controller.hpp"

@@ -1,4 +1,4 @@
-// Reuse names and the Completed-Subgraph Library (issue 3), with Google Benchmark:
+// Reuse names and the Completed-Subgraph Library, with Google Benchmark:
 //   ./build/csl_benchmark
 // Targets (docs/benchmarks.md): a reuse name of a 4 KB chat request <= 2 us; a probe hit or
 // miss at 1M entries, median <= 200 ns. Metadata per entry: bench/csl_memory.cpp; cascade

@@ -1,4 +1,4 @@
-// One invalidation cascade of N entries (issue 3: "cascade time versus |A|, linear").
+// One invalidation cascade of N entries (target: cascade time linear in |A|).
 //   ./build/csl_cascade N        prints N, the entries removed, and the write's wall time
 // bench/csl_cascade.sh runs it under callgrind for N = 1 .. 100,000 and prints instructions
 // per removed entry: instruction counts are exact and repeatable where wall time at large N

@@ -1,4 +1,4 @@
-// Metadata per CSL entry at 1M entries, payload excluded (issue 3 target: <= 200 bytes).
+// Metadata per CSL entry at 1M entries, payload excluded (target: <= 200 bytes).
 //   ./build/csl_memory
 // Fills a store with empty results (so the payload is excluded) and reports the resident-
 // memory growth per entry for three shapes: no reads; one read of a shared record (1,000

@@ -1,4 +1,4 @@
-// Engine benchmarks (issue 5). Two measurements, printed as Markdown tables:
+// Engine benchmarks. Two measurements, printed as Markdown tables:
 //
 //   sim      The simulated engine's scheduling work on one core: a seeded open-loop workload
 //            (Poisson arrivals, lognormal prompt and output lengths, a share streamed) run

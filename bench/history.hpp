@@ -1,4 +1,4 @@
-// A history checker for dynrt's concurrency guarantees (issue 9): it records every write (its
+// A history checker for dynrt's concurrency guarantees: it records every write (its
 // invocation, with the text it puts, and its acknowledgment, in one logical order) and every
 // served result (the logical time its demand was sent, the exact request, the bytes and the
 // record versions they were built from), and checks, as each is recorded:

@@ -1,4 +1,4 @@
-// The history checker at scale (issue 9): a seeded randomized run of concurrent workflows
+// The history checker at scale: a seeded randomized run of concurrent workflows
 // (Sub-Agent, ReAct and Routing by default) with fills and reuse on and a writer per workload,
 // checked as it goes for stale serves and unauthorized serves (bench/history.hpp). Prints the
 // counts, wall time and rate; exits 1 if any violation or error was found.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Wall time and peak memory of `dynrt lint` on each hostile input of issue 2 (alias bomb,
+# Wall time and peak memory of `dynrt lint` on each hostile input (alias bomb,
 # 10,000-deep nesting, a 10 MB scalar, an empty file, a BOM, invalid UTF-8), through the
 # real binary. Usage: bench/lint_hostile.sh [path/to/dynrt]   (figures: docs/benchmarks.md)
 set -euo pipefail

@@ -1,4 +1,4 @@
-// Coalescing of identical concurrent misses (issue 9): the canonical executions in flight, by
+// Coalescing of identical concurrent misses: the canonical executions in flight, by
 // reuse name, and the demands waiting for each. Like nginx's proxy_cache_lock or Varnish's
 // waiting list, the first miss for a name leads (it executes); an identical miss that arrives
 // while the leader runs joins it and is answered with the leader's result.
