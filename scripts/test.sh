@@ -1,17 +1,15 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls this):
 #   1. installs the Debian dependencies;
-#   2. builds everything with warnings as errors under AddressSanitizer and
-#      UndefinedBehaviorSanitizer (build-san-address-undefined/, via scripts/sanitize.sh) and
-#      runs every ctest test there: unit, golden, CLI, e2e, the load smoke test, the history
-#      checker and the fuzz-corpus replays, so a leak, an overflow or undefined behaviour
-#      anywhere fails the run (one sanitized build instead of a plain one plus a sanitized one
-#      keeps CI near 16 minutes on 2 cores);
+#   2. builds everything with warnings as errors (build/, RelWithDebInfo) and runs every ctest
+#      test there: unit, golden, CLI, e2e, the load smoke test, the history checker and the
+#      fuzz-corpus replays;
 #   3. runs the engines' tests under ThreadSanitizer (DYNRT_TSAN=0 skips it);
 #   4. fuzzes the template parser, the HTTP request path and the SSE parser for
 #      DYNRT_FUZZ_SECONDS in all (default 30; 0 skips it).
-# DYNRT_SANITIZE=none runs step 2 on a plain RelWithDebInfo build in build/ instead (faster,
-# for a quick local check).
+# DYNRT_SANITIZE=address,undefined runs step 2 under AddressSanitizer and
+# UndefinedBehaviorSanitizer instead (build-san-address-undefined/, via scripts/sanitize.sh),
+# so a leak, an overflow or undefined behaviour anywhere fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="$(nproc)"
