@@ -35,12 +35,16 @@ enum class StageKind { model, tool, user };
 enum class ModelApi { chat, completions };
 enum class Window { decode, user };
 enum class Promotion { exclusive, independent };
+// Whose results a stage's library entries and fills may serve: only the tenant whose call
+// caused them (the default), or every tenant (`share: global`, for tenant-independent data).
+enum class Share { tenant, global };
 enum class CandidateSourceKind { static_list, learned, extract, drafter };
 
 std::string_view to_string(StageKind k);
 std::string_view to_string(ModelApi a);
 std::string_view to_string(Window w);
 std::string_view to_string(Promotion p);
+std::string_view to_string(Share s);
 std::string_view to_string(CandidateSourceKind k);
 
 // Where a value sits in a JSON document: a JSON pointer, then (optionally) the string there
@@ -75,6 +79,7 @@ struct Stage {
   nlohmann::json arguments = nlohmann::json::object();
   // all stages
   bool speculable = false;
+  Share share = Share::tenant;
   std::vector<std::string> reads;       // record-key templates
   std::vector<std::string> writes;      // record-key templates
   std::vector<StageId> after;           // predecessors in the same repetition
