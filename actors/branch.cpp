@@ -101,6 +101,7 @@ void spawn_fills(Self self, const AdmitReply& admitted) {
     init->producers = st.init->producers;
     init->producers.erase(decision_of(st).name);
     init->run = st.init->run;
+    init->caller = st.init->caller;
     init->workflow = st.init->workflow;
     init->branch_actor = self;
     init->services = st.init->services;
@@ -136,6 +137,8 @@ void proposed(Self self, std::vector<std::string> candidates) {
             if (st.branch->phase() != branch::Phase::filling) return maybe_settle(self);
             auto req = std::make_shared<AdmitRequest>();
             req->branch = st.branch->id();
+            req->tenant = st.init->caller.tenant;
+            req->fill_share = st.init->caller.fill_share;
             Hashes chain;
             for (const auto s : st.chain)
               chain.push_back(st.init->graph->stages[s].fingerprint);

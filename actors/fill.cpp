@@ -101,7 +101,8 @@ void run_on_engine(Self self, const dsl::Stage& stage, dsl::RenderedRequest req,
   auto& st0 = self->state;
   const auto& svc = *st0.init->services;
   st0.busy_in_csl = true;
-  self->request(svc.csl, infinite, snap_atom::value, req.reads)
+  self->request(svc.csl, infinite, snap_atom::value,
+                read_records(stage, req.reads, st0.init->caller))
       .then(
           [=](ReadRefs& reads) {
             auto& sx = self->state;
@@ -180,9 +181,8 @@ void next_stage(Self self) {
   auto rendered = dsl::render_stage(stage, st0.vars);
   // An unrenderable first stage is a failed fill; a later one just ends the chain.
   if (!rendered) return finish(self, st0.step == 0 ? FillStatus::failed : FillStatus::done);
-  const Hash128 name =
-      scoped_name(init.services->switches,
-                  reuse_name(stage.fingerprint, rendered->endpoint, rendered->body), init.run);
+  const Hash128 name = stage_name(init.services->switches, stage, rendered->endpoint,
+                                  rendered->body, init.caller, init.run);
   st0.announced = name;
   self->send(init.workflow, fstart_atom::value, name, init.id);
   const auto& svc = *init.services;

@@ -80,7 +80,7 @@ struct Counters {
       branches_settled{0}, fills_issued{0}, fills_suppressed{0}, fills_completed{0},
       fills_failed{0}, fills_cancelled{0}, fills_consumed{0}, shadows_stored{0},
       shadows_discarded{0}, writes{0}, workflows_live{0}, coalesced{0}, runs_evicted{0},
-      runs_expired{0}, fills_running{0};
+      runs_expired{0}, fills_running{0}, runs_refused{0};
   std::atomic<std::uint64_t> next_id{1};  // branch and fill ids, unique in the process
   std::atomic<std::int64_t> saved_us{0}, wasted_us{0};
 };
@@ -197,6 +197,8 @@ struct GateReply {
 
 struct AdmitRequest {
   std::uint64_t branch = 0;
+  std::string tenant;          // whose share of the fill budget the fills are charged to
+  double fill_share = 1.0;     // ... and how large it is
   std::vector<Hashes> chains;  // per candidate, by rank: its chain's stage fingerprints
   int max_fills = 0;
 };
@@ -285,7 +287,8 @@ struct BranchInit {
   dsl::Bindings bindings;  // the run's variables when the decision point was reached
   Producers producers;
   std::shared_ptr<const nlohmann::json> source_output;  // extract: the source stage's output
-  std::string run;  // the workflow id of the run that reached the decision point
+  std::string run;  // the key of the run that reached the decision point (tenant, workflow, id)
+  Caller caller;    // whose call started the run: its tenant owns the branch and its fills
   caf::actor workflow;
   ServicesPtr services;
 };
@@ -301,17 +304,26 @@ struct FillInit {
   std::vector<dsl::StageId> chain;
   dsl::Bindings bindings;  // with the decision's variable set to the candidate
   Producers producers;
-  std::string run;  // the workflow id of the run whose branch admitted it
+  std::string run;  // the key of the run whose branch admitted it
+  Caller caller;    // whose call started that run
   caf::actor workflow;
   caf::actor branch_actor;
   ServicesPtr services;
 };
 using FillInitPtr = std::shared_ptr<const FillInit>;
 
-// The name a result is stored and served under: the reuse name, or with private fills (the
-// SPAgent-like baseline) the reuse name salted with the run's id, so that no other run's
-// demand can ever match it.
-Hash128 scoped_name(const Switches& switches, const Hash128& name, const std::string& run);
+// The name a result of `stage` is stored and served under, for a run of `caller` known as
+// `run`: the reuse name, mixed with the caller's tenant unless the stage is `share: global`
+// (runtime/tenancy.hpp), and with private fills (the SPAgent-like baseline) salted with the
+// run, so that no other run's demand can ever match it.
+Hash128 stage_name(const Switches& switches, const dsl::Stage& stage, std::string_view endpoint,
+                   const nlohmann::json& body, const Caller& caller, const std::string& run);
+// The record keys an execution of `stage` for `caller` reads, for `keys` as rendered.
+std::vector<std::string> read_records(const dsl::Stage& stage, const std::vector<std::string>& keys,
+                                      const Caller& caller);
+// The record keys a write of `keys` by `caller`'s run bumps: within its tenant (and the shared
+// scope), or everywhere for the default tenant.
+std::vector<std::string> write_records(const std::vector<std::string>& keys, const Caller& caller);
 
 // Whether stage `s` of `g` may run as a fill or be served from the library.
 bool reusable(const dsl::Stage& s);

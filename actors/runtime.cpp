@@ -55,12 +55,20 @@ struct RootInit {
 constexpr std::size_t kSweepBatch = 256;
 constexpr auto kSweepPause = std::chrono::milliseconds(10);
 
+// A live run: its actor and the key (Caller::key) whose call started it, for per-key limits.
+struct RunRef {
+  caf::actor actor;
+  std::string owner;
+};
+
 struct RootState {
   GraphMap graphs;
   ServicesPtr services;
   SteadyClock clock;
   Duration idle{0};
-  std::unique_ptr<run::RunTable<caf::actor>> runs;
+  std::unique_ptr<run::RunTable<RunRef>> runs;
+  // Live runs in the table per owning key (only keys with a limit of their own are counted).
+  std::unordered_map<std::string, std::size_t> owned;
   // Runs that left the table (evicted or expired) and are finishing the calls they have in
   // flight; each says when it ends (gone_atom).
   std::unordered_map<caf::actor_id, caf::actor> retiring;
@@ -70,10 +78,30 @@ struct RootState {
 
 using RootSelf = stateful_actor<RootState>*;
 
+// A run left the table: it no longer counts against its key's limit.
+void disown(RootState& st, const RunRef& run) {
+  if (run.owner.empty()) return;
+  const auto it = st.owned.find(run.owner);
+  if (it == st.owned.end()) return;
+  if (--it->second == 0) st.owned.erase(it);
+}
+
 // A run leaves the table: it abandons its branches, answers what it has in flight and ends.
-void retire(RootSelf self, caf::actor run) {
-  self->send(run, stop_atom::value);
-  self->state.retiring.emplace(run.id(), std::move(run));
+void retire(RootSelf self, RunRef run) {
+  disown(self->state, run);
+  self->send(run.actor, stop_atom::value);
+  self->state.retiring.emplace(run.actor.id(), std::move(run.actor));
+}
+
+// The key a run is known by: its tenant, workflow and id, so two tenants' runs never meet.
+std::string run_key(const Request& r) {
+  std::string key = std::to_string(r.caller.tenant.size());
+  key += ':';
+  key += r.caller.tenant;
+  key += r.tags.workflow;
+  key += '\x1f';
+  key += r.tags.workflow_id;
+  return key;
 }
 
 // Asks the runs quiet for the idle time whether they are idle (no call in flight); a run that
@@ -82,7 +110,7 @@ void sweep(RootSelf self) {
   auto& st = self->state;
   const TimePoint now = st.clock.now();
   for (const auto& r : st.runs->due(now, st.idle, kSweepBatch))
-    self->send(r.handle, idle_atom::value);
+    self->send(r.handle.actor, idle_atom::value);
   if (!st.sweep_scheduled && st.runs->any_due(now, st.idle)) {
     st.sweep_scheduled = true;
     self->delayed_send(self, kSweepPause, sweep_atom::value);
@@ -104,7 +132,7 @@ behavior root_actor(RootSelf self, std::shared_ptr<const RootInit> init) {
   auto svc = std::make_shared<Services>();
   const auto& cfg = init->config;
   self->state.idle = std::chrono::duration_cast<Duration>(cfg.workflow_idle);
-  self->state.runs = std::make_unique<run::RunTable<caf::actor>>(cfg.max_live_runs);
+  self->state.runs = std::make_unique<run::RunTable<RunRef>>(cfg.max_live_runs);
   svc->counters = init->counters;
   svc->board = init->board;
   svc->switches.reuse = cfg.reuse;
@@ -137,7 +165,7 @@ behavior root_actor(RootSelf self, std::shared_ptr<const RootInit> init) {
   // The end of the graph (shutdown, or a shared actor failing): every run ends with it.
   self->set_exit_handler([=](exit_msg& msg) {
     auto& st = self->state;
-    st.runs->for_each([&](const auto& r) { self->send_exit(r.handle, msg.reason); });
+    st.runs->for_each([&](const auto& r) { self->send_exit(r.handle.actor, msg.reason); });
     for (const auto& [id, a] : st.retiring)
       self->send_exit(a, msg.reason);
     self->quit(msg.reason);
@@ -153,15 +181,35 @@ behavior root_actor(RootSelf self, std::shared_ptr<const RootInit> init) {
           pass_through(*st.services, d);
           return;
         }
-        std::string key = tags.workflow + '\x1f' + tags.workflow_id;
+        const auto& caller = d->request.caller;
+        std::string key = run_key(d->request);
         const TimePoint now = st.clock.now();
         if (auto* r = st.runs->touch(key, now)) {
-          self->send(r->handle, demand_atom::value, d);
+          self->send(r->handle.actor, demand_atom::value, d);
           return;
         }
+        std::string owner;
+        if (caller.max_live_runs > 0) {
+          auto& n = st.owned[caller.key];
+          if (n >= caller.max_live_runs) {
+            ++st.services->counters->runs_refused;
+            // Retry-After: a run of the key's ends after the idle time at the latest.
+            const auto idle_s =
+                std::chrono::duration_cast<std::chrono::seconds>(st.idle).count() + 1;
+            auto reply = error_reply(
+                429, "rate_limit_exceeded",
+                "this key already holds its limit of " + std::to_string(caller.max_live_runs) +
+                    " live workflow runs; reuse a workflow id or wait for runs to go idle");
+            reply.retry_after = std::to_string(std::max<std::int64_t>(1, idle_s));
+            d->sink->done(std::move(reply));
+            return;
+          }
+          ++n;
+          owner = caller.key;
+        }
         auto a = spawn_workflow_actor(
-            self, WorkflowInit{key, tags.workflow_id, g->second, st.services, self});
-        for (auto& evicted : st.runs->add(std::move(key), a, now)) {
+            self, WorkflowInit{key, tags.workflow_id, caller, g->second, st.services, self});
+        for (auto& evicted : st.runs->add(std::move(key), RunRef{a, std::move(owner)}, now)) {
           ++st.services->counters->runs_evicted;
           retire(self, std::move(evicted.handle));
         }
@@ -187,7 +235,13 @@ behavior root_actor(RootSelf self, std::shared_ptr<const RootInit> init) {
       [=](gone_atom, const std::string& key, caf::actor_id id) {
         auto& st = self->state;
         st.retiring.erase(id);
-        st.runs->erase_if(key, [id](const caf::actor& a) { return a.id() == id; });
+        RunRef gone;
+        if (st.runs->erase_if(key, [&](const RunRef& r) {
+              if (r.actor.id() != id) return false;
+              gone = r;
+              return true;
+            }))
+          disown(st, gone);
       },
       // From outside the graph (Runtime::write): the answer goes back through the callback.
       [=](write_atom, const Strings& keys, const WriteAnswerPtr& answer) {
@@ -482,29 +536,36 @@ std::future<Reply> Runtime::complete(Request request) {
 }
 
 CallId Runtime::tool(std::string name, nlohmann::json arguments, Tags tags,
-                     ReplyCallbacks callbacks) {
-  return complete(Request{"/v1/dynrt/tools/" + name, std::move(arguments), std::move(tags)},
-                  std::move(callbacks));
+                     ReplyCallbacks callbacks, Caller caller) {
+  return complete(
+      Request{"/v1/dynrt/tools/" + name, std::move(arguments), std::move(tags), std::move(caller)},
+      std::move(callbacks));
 }
 
-std::future<Reply> Runtime::tool(std::string name, nlohmann::json arguments, Tags tags) {
-  return complete(Request{"/v1/dynrt/tools/" + name, std::move(arguments), std::move(tags)});
+std::future<Reply> Runtime::tool(std::string name, nlohmann::json arguments, Tags tags,
+                                 Caller caller) {
+  return complete(
+      Request{"/v1/dynrt/tools/" + name, std::move(arguments), std::move(tags), std::move(caller)});
 }
 
-std::future<std::size_t> Runtime::write(std::vector<std::string> keys) {
+std::future<std::size_t> Runtime::write(std::vector<std::string> keys, tenancy::WriteScope scope) {
   auto promise = std::make_shared<std::promise<std::size_t>>();
   auto future = promise->get_future();
-  write(std::move(keys), [promise](std::size_t removed) { promise->set_value(removed); });
+  write(
+      std::move(keys), [promise](std::size_t removed) { promise->set_value(removed); },
+      std::move(scope));
   return future;
 }
 
-void Runtime::write(std::vector<std::string> keys, std::function<void(std::size_t)> done) {
+void Runtime::write(std::vector<std::string> keys, std::function<void(std::size_t)> done,
+                    tenancy::WriteScope scope) {
   auto answer = std::make_shared<Answer<std::uint64_t>>(
       [done = std::move(done)](std::uint64_t removed) { done(removed); });
   {
     std::shared_lock life(impl_->life);
     if (!impl_->stopped) {
-      anon_send(impl_->root, write_atom::value, Strings(std::move(keys)), answer);
+      anon_send(impl_->root, write_atom::value, Strings(tenancy::write_records(keys, scope)),
+                answer);
       return;
     }
   }
@@ -540,6 +601,7 @@ RuntimeStats Runtime::stats() const {
   s.workflows_live = c.workflows_live;
   s.runs_evicted = c.runs_evicted;
   s.runs_expired = c.runs_expired;
+  s.runs_refused = c.runs_refused;
   s.fills_running = c.fills_running;
   std::shared_lock life(impl_->life);
   if (impl_->stopped) return s;  // the graph is gone, and with it what it held
@@ -552,6 +614,7 @@ RuntimeStats Runtime::stats() const {
   s.csl_shadows = csl.shadows;
   s.csl_bytes = csl.bytes;
   s.admission = pricing.stats;
+  s.fills_share_refused = pricing.stats.share_refused;
   s.envelope = pricing.envelope;
   s.fills_in_flight = pricing.fills_in_flight;
   s.kv_reserved = pricing.kv_reserved;

@@ -27,6 +27,7 @@
 #include "runtime/admission/cost_model.hpp"
 #include "runtime/csl/store.hpp"
 #include "runtime/expected.hpp"
+#include "runtime/tenancy.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -47,10 +48,27 @@ struct Tags {
   bool empty() const { return workflow.empty() && workflow_id.empty() && stage.empty(); }
 };
 
+// Who is calling, as far as sharing and limits go (runtime/tenancy.hpp). A call is served only
+// results its own tenant's calls caused, except from stages declared `share: global`; its
+// workflow ids are its tenant's own (two tenants using the same id never meet). The gateway
+// fills this from the caller's key; an embedder that does not partition leaves it empty: one
+// tenant, as with no keys.
+struct Caller {
+  std::string tenant;  // "" is the default tenant
+  std::string key;     // the key's name, for per-key limits (never the key itself)
+  // Live workflow runs this key may hold at once; 0: no limit of its own (max_live_runs
+  // bounds all runs together). A new run beyond it is refused with 429 and Retry-After.
+  std::size_t max_live_runs = 0;
+  // The fraction of the fill budget (fill slots and KV reservation) its tenant's speculation
+  // may hold at once, in (0, 1].
+  double fill_share = 1.0;
+};
+
 struct Request {
   std::string endpoint = "/v1/chat/completions";  // or /v1/completions, /v1/dynrt/tools/<name>
   nlohmann::json body;                            // the exact body (tool calls: the arguments)
   Tags tags;
+  Caller caller = {};  // whose call it is (default: the default tenant, no limits of its own)
 };
 
 // How an answer was produced. The body never says; only this does.
@@ -138,6 +156,7 @@ struct RuntimeStats {
   std::uint64_t fills_failed = 0;
   std::uint64_t fills_cancelled = 0;
   std::uint64_t fills_consumed = 0;
+  std::uint64_t fills_share_refused = 0;  // fills refused: their tenant held its fill share
   std::uint64_t shadows_stored = 0;
   std::uint64_t shadows_discarded = 0;
   double engine_ms_saved = 0;   // engine time of results served without execution
@@ -159,6 +178,7 @@ struct RuntimeStats {
   std::uint64_t workflows_live = 0;  // workflow actors alive (in the table or retiring)
   std::uint64_t runs_evicted = 0;    // retired to stay within max_live_runs
   std::uint64_t runs_expired = 0;    // ended after workflow_idle of quiet
+  std::uint64_t runs_refused = 0;    // new runs refused (429): their key held its limit
   std::size_t actors_running = 0;    // every actor of the graph (root, engines, csl, pricing...)
 };
 
@@ -178,13 +198,19 @@ class Runtime {
   // completes. Unknown and finished calls are ignored.
   void cancel(CallId call);
   // A tool call: the same as complete() with endpoint /v1/dynrt/tools/<name>.
-  CallId tool(std::string name, nlohmann::json arguments, Tags tags, ReplyCallbacks callbacks);
-  std::future<Reply> tool(std::string name, nlohmann::json arguments, Tags tags = {});
+  CallId tool(std::string name, nlohmann::json arguments, Tags tags, ReplyCallbacks callbacks,
+              Caller caller = {});
+  std::future<Reply> tool(std::string name, nlohmann::json arguments, Tags tags = {},
+                          Caller caller = {});
   // External records were written: every result that read an older version (and whatever
   // descends from one) is removed before the future is ready. Returns the entries removed.
-  std::future<std::size_t> write(std::vector<std::string> keys);
+  // By default the write reaches every tenant; WriteScope::of(tenant) reaches that tenant's
+  // results and the shared (`share: global`) ones only (runtime/tenancy.hpp).
+  std::future<std::size_t> write(std::vector<std::string> keys,
+                                 tenancy::WriteScope scope = tenancy::WriteScope::all());
   // The same, answered by callback (from an actor's thread) instead of a future.
-  void write(std::vector<std::string> keys, std::function<void(std::size_t)> done);
+  void write(std::vector<std::string> keys, std::function<void(std::size_t)> done,
+             tenancy::WriteScope scope = tenancy::WriteScope::all());
 
   RuntimeStats stats() const;
   std::vector<std::string> workflows() const;  // the loaded templates' names

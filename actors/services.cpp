@@ -4,6 +4,8 @@
 #include "engines/completion.hpp"
 #include "run/deadlines.hpp"
 #include "runtime/predictor.hpp"
+#include "runtime/reuse_name.hpp"
+#include "runtime/tenancy.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -17,11 +19,27 @@ using namespace caf;
 
 // -- helpers shared by the actors ---------------------------------------------------------------
 
-Hash128 scoped_name(const Switches& switches, const Hash128& name, const std::string& run) {
+Hash128 stage_name(const Switches& switches, const dsl::Stage& stage, std::string_view endpoint,
+                   const nlohmann::json& body, const Caller& caller, const std::string& run) {
+  Hash128 name = reuse_name(stage.fingerprint, endpoint, body);
+  if (stage.share == dsl::Share::tenant) name = tenancy::tenant_name(name, caller.tenant);
   if (!switches.private_fills) return name;
   Hasher128 h;
   h.add(name).add(run);
   return h.finish();
+}
+
+std::vector<std::string> read_records(const dsl::Stage& stage, const std::vector<std::string>& keys,
+                                      const Caller& caller) {
+  return tenancy::read_records(keys, caller.tenant, stage.share == dsl::Share::global);
+}
+
+std::vector<std::string> write_records(const std::vector<std::string>& keys, const Caller& caller) {
+  // The default tenant is every deployment without keys: its writes reach every result, as
+  // they did before tenants existed.
+  return tenancy::write_records(keys, caller.tenant.empty()
+                                          ? tenancy::WriteScope::all()
+                                          : tenancy::WriteScope::of(caller.tenant));
 }
 
 bool reusable(const dsl::Stage& s) {
@@ -471,7 +489,8 @@ behavior pricing_actor(stateful_actor<PricingState>* self, PricingConfig config)
           c.footprint = s.costs.footprint(req->chains[rank]);
           cands.push_back(c);
         }
-        const auto d = s.controller->admit(req->branch, cands, req->max_fills);
+        const auto d = s.controller->admit(req->branch, cands, req->max_fills,
+                                           admission::TenantShare{req->tenant, req->fill_share});
         AdmitReply out;
         for (const auto& f : d.admitted)
           out.admitted.emplace_back(cands[f.candidate].rank, f.reservation);

@@ -117,7 +117,8 @@ void apply(Self self, Effects fx) {
     init->bindings = o.bindings;
     init->producers = o.producers;
     init->source_output = o.source_output;
-    init->run = st.init.id;
+    init->run = st.init.key;
+    init->caller = st.init.caller;
     init->workflow = self;
     init->services = st.init.services;
     const auto id = init->id;
@@ -286,8 +287,9 @@ void execute(Self self, std::uint64_t id) {
       p.store = true;
       const auto bound = st0.run->wait_of(stage);
       const bool may_join = p.may_join && bound.count() > 0;
-      self->request(svc_of(self).csl, infinite, claim_atom::value, p.name, *keys,
-                    st0.run->producers_of(stage), may_join, actor_cast<actor>(self), id)
+      self->request(svc_of(self).csl, infinite, claim_atom::value, p.name,
+                    read_records(stage, *keys, st0.init.caller), st0.run->producers_of(stage),
+                    may_join, actor_cast<actor>(self), id)
           .then(
               [=](ClaimReply& c) {
                 auto& st = self->state;
@@ -390,7 +392,7 @@ void executed(Self self, std::uint64_t id, const ExecResultPtr& r) {
     writes->insert(writes->end(), r->writes.begin(), r->writes.end());
     if (reply.status == 200 && !writes->empty()) {
       auto shared = std::make_shared<Reply>(std::move(reply));
-      self->request(svc.csl, infinite, write_atom::value, *writes)
+      self->request(svc.csl, infinite, write_atom::value, write_records(*writes, st.init.caller))
           .then([=](std::uint64_t) { answer(self, id, std::move(*shared)); },
                 [=](error&) { answer(self, id, std::move(*shared)); });
     } else {
@@ -452,9 +454,8 @@ void on_demand(Self self, const DemandPtr& d) {
   Pending p;
   p.demand = d;
   p.stage = stage->id;
-  p.name =
-      scoped_name(svc_of(self).switches,
-                  reuse_name(stage->fingerprint, d->request.endpoint, d->request.body), st.init.id);
+  p.name = stage_name(svc_of(self).switches, *stage, d->request.endpoint, d->request.body,
+                      st.init.caller, st.init.key);
   const std::uint64_t id = d->id;
   st.pending.emplace(id, std::move(p));
   const auto& sw = svc_of(self).switches;

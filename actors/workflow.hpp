@@ -19,8 +19,9 @@
 namespace dynrt::actors {
 
 struct WorkflowInit {
-  std::string key;  // workflow name and id, as the root knows it
+  std::string key;  // tenant, workflow name and id, as the root knows it
   std::string id;
+  Caller caller;  // whose call started the run: its tenant owns the run
   GraphPtr graph;
   ServicesPtr services;
   caf::actor root;

@@ -69,7 +69,8 @@ RunResult drive(Runtime& rt, const dsl::TemplateGraph& g, const Run& run,
         std::promise<Reply> done;
         auto future = done.get_future();
         auto chunks = std::make_shared<std::vector<std::string>>();
-        rt.complete(Request{step.endpoint, step.request, Tags{w, run.workflow_id, stage.name}},
+        rt.complete(Request{step.endpoint, step.request, Tags{w, run.workflow_id, stage.name},
+                            options.caller},
                     ReplyCallbacks{[chunks](std::string_view c) { chunks->emplace_back(c); },
                                    [&done](Reply r) { done.set_value(std::move(r)); }, nullptr});
         step.reply = future.get();

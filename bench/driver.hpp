@@ -34,6 +34,7 @@ struct RunResult {
 
 struct DriveOptions {
   bool stream = false;  // ask model stages to stream (stream_options.include_usage too)
+  Caller caller;        // whose calls these are (tenant, key, limits)
   // Called before each request is sent and after each answer (tests record and write here).
   std::function<void(const Step&)> before_step;
   std::function<void(const Step&)> after_step;

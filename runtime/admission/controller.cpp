@@ -1,6 +1,7 @@
 #include "runtime/admission/controller.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace dynrt::admission {
 
@@ -127,7 +128,7 @@ GenerationDecision Controller::open_branch(BranchId branch, const Hash128& coord
 // -- Action 1 -----------------------------------------------------------------------------------
 
 FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candidates,
-                               int max_fills) {
+                               int max_fills, TenantShare tenant) {
   FillDecision out;
   out.view = view();
   Branch* b = find(branch);
@@ -142,11 +143,19 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
     out.p.push_back(p);
     b->predicted_ranks.push_back(cand.rank);
   }
+  // The tenant's share of the budget, and what its fills already hold.
+  const double share = std::clamp(tenant.share, 0.0, 1.0);
+  const int slot_cap = static_cast<int>(std::floor(share * config_.prices.fill_slots + 1e-9));
+  const double kv_cap = share * config_.prices.kv_budget;
+  const auto held = accounts_.find(std::string(tenant.tenant));
+  const Account account = held == accounts_.end() ? Account{} : held->second;
   Budget budget;
   budget.fills =
-      std::max(0, std::min(max_fills - b->admitted,
-                           static_cast<int>(config_.prices.fill_slots) - fills_in_flight_));
-  budget.kv_share = std::max(0.0, config_.prices.kv_budget - kv_reserved_);
+      std::max(0, std::min({max_fills - b->admitted,
+                            static_cast<int>(config_.prices.fill_slots) - fills_in_flight_,
+                            slot_cap - account.fills}));
+  budget.kv_share =
+      std::max(0.0, std::min(config_.prices.kv_budget - kv_reserved_, kv_cap - account.kv_share));
   std::vector<ReservationId> made(candidates.size(), 0);
   Hooks hooks;
   hooks.reserve = [&](std::size_t i) {
@@ -157,8 +166,17 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
       ++stats_.reservations_refused;
       return false;
     }
+    auto& acc = accounts_[std::string(tenant.tenant)];
+    if (acc.fills + 1 > slot_cap || acc.kv_share + kv > kv_cap + 1e-12) {
+      if (acc.fills == 0) accounts_.erase(std::string(tenant.tenant));
+      ++stats_.reservations_refused;
+      ++stats_.share_refused;
+      return false;
+    }
+    ++acc.fills;
+    acc.kv_share += kv;
     const ReservationId id = next_reservation_++;
-    reservations_.emplace(id, Reservation{branch, kv});
+    reservations_.emplace(id, Reservation{branch, kv, std::string(tenant.tenant)});
     ++fills_in_flight_;
     kv_reserved_ += kv;
     made[i] = id;
@@ -259,6 +277,11 @@ void Controller::missed(BranchId branch, std::size_t /*rank*/, double wait_ms) {
   }
 }
 
+int Controller::fills_in_flight(std::string_view tenant) const {
+  const auto it = accounts_.find(std::string(tenant));
+  return it == accounts_.end() ? 0 : it->second.fills;
+}
+
 void Controller::refund(ReservationId reservation) {
   const auto it = reservations_.find(reservation);
   if (it == reservations_.end() || it->second.cost_ms == 0) return;
@@ -278,6 +301,10 @@ void Controller::release(ReservationId reservation) {
   if (it == reservations_.end()) return;
   --fills_in_flight_;
   kv_reserved_ = std::max(0.0, kv_reserved_ - it->second.kv_share);
+  if (const auto acc = accounts_.find(it->second.tenant); acc != accounts_.end()) {
+    acc->second.kv_share = std::max(0.0, acc->second.kv_share - it->second.kv_share);
+    if (--acc->second.fills <= 0) accounts_.erase(acc);
+  }
   reservations_.erase(it);
   record_load();
 }

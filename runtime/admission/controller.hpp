@@ -34,6 +34,7 @@
 #include <memory_resource>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -120,6 +121,15 @@ struct AdmissionStats {
   std::uint64_t fills_refused = 0;
   std::uint64_t fill_audits = 0;
   std::uint64_t reservations_refused = 0;
+  std::uint64_t share_refused = 0;  // ... of which: the tenant held its share of the budget
+};
+
+// Whose budget a branch's fills are charged to: a tenant may hold at most `share` of the fill
+// slots (rounded down) and of the KV budget at once, so one tenant's speculation cannot spend
+// the capacity another's would use. The default tenant with share 1 is the whole budget.
+struct TenantShare {
+  std::string_view tenant;
+  double share = 1.0;
 };
 
 class Controller {
@@ -138,7 +148,8 @@ class Controller {
   // -- a branch ------------------------------------------------------------------------------
   GenerationDecision open_branch(BranchId branch, const Hash128& coordinate);
   // Action 1 for a branch open_branch() opened; max_fills is the template's per-branch limit.
-  FillDecision admit(BranchId branch, std::span<const Candidate> candidates, int max_fills);
+  FillDecision admit(BranchId branch, std::span<const Candidate> candidates, int max_fills,
+                     TenantShare tenant = {});
   void charge_setup(BranchId branch, Duration setup);
   // The branch resolved; selected_rank is the rank of the selected candidate among those
   // predicted, or nullopt if the selection was none of them. (An ambiguous selection should
@@ -169,6 +180,8 @@ class Controller {
   const RankSelection* selection(const Hash128& coordinate) const;
   std::optional<double> branch_return(BranchId branch) const;
   int fills_in_flight() const { return fills_in_flight_; }
+  // Fills in flight charged to `tenant`.
+  int fills_in_flight(std::string_view tenant) const;
   double kv_reserved() const { return kv_reserved_; }
   // Branches opened and not yet settled (each holds a pending trial of its class).
   std::size_t open_branches() const { return branches_.size() - settled_order_.size(); }
@@ -195,9 +208,15 @@ class Controller {
     bool resolved = false;
     bool settled = false;
   };
+  // What one tenant's fills hold; kept while it holds anything.
+  struct Account {
+    int fills = 0;
+    double kv_share = 0;
+  };
   struct Reservation {
     BranchId branch;
     double kv_share;
+    std::string tenant;
     double cost_ms = 0;  // the price charged to the branch's return at admission
   };
 
@@ -220,6 +239,7 @@ class Controller {
   std::unordered_map<ReservationId, Reservation> reservations_;
   ReservationId next_reservation_ = 1;
   int fills_in_flight_ = 0;
+  std::unordered_map<std::string, Account> accounts_;  // by tenant
   double kv_reserved_ = 0;
   double rho_ = 0;
   double backlog_ = 0;

@@ -2,6 +2,7 @@
 // fill depth (stages down the chain) and private fills (a fill serves only its own run). Each
 // must change only what is speculated, never an answer.
 #include "actors/messages.hpp"
+#include "runtime/reuse_name.hpp"
 #include "tests/actors/rig.hpp"
 
 #include <gtest/gtest.h>
@@ -77,12 +78,39 @@ TEST(Knobs, PrivateNamesDifferPerRunAndSharedNamesDoNot) {
   actors::Switches shared;
   actors::Switches priv;
   priv.private_fills = true;
-  const Hash128 name = xxh3_128("a stage's rendered input");
-  EXPECT_EQ(actors::scoped_name(shared, name, "run-1"), name);
-  EXPECT_EQ(actors::scoped_name(shared, name, "run-2"), name);
-  EXPECT_NE(actors::scoped_name(priv, name, "run-1"), name);
-  EXPECT_NE(actors::scoped_name(priv, name, "run-1"), actors::scoped_name(priv, name, "run-2"));
-  EXPECT_EQ(actors::scoped_name(priv, name, "run-1"), actors::scoped_name(priv, name, "run-1"));
+  dsl::Stage stage;
+  stage.fingerprint = xxh3_128("a stage");
+  const nlohmann::json body = {{"model", "m"}, {"prompt", "a stage's rendered input"}};
+  const Hash128 plain = reuse_name(stage.fingerprint, "/v1/completions", body);
+  auto name = [&](const actors::Switches& sw, const char* run) {
+    return actors::stage_name(sw, stage, "/v1/completions", body, Caller{}, run);
+  };
+  EXPECT_EQ(name(shared, "run-1"), plain);
+  EXPECT_EQ(name(shared, "run-2"), plain);
+  EXPECT_NE(name(priv, "run-1"), plain);
+  EXPECT_NE(name(priv, "run-1"), name(priv, "run-2"));
+  EXPECT_EQ(name(priv, "run-1"), name(priv, "run-1"));
+}
+
+TEST(Knobs, NamesAreScopedByTenantUnlessTheStageIsShared) {
+  actors::Switches sw;
+  dsl::Stage stage;
+  stage.fingerprint = xxh3_128("a stage");
+  const nlohmann::json body = {{"model", "m"}, {"prompt", "the same input"}};
+  const Hash128 plain = reuse_name(stage.fingerprint, "/v1/completions", body);
+  auto name = [&](const char* tenant) {
+    Caller c;
+    c.tenant = tenant;
+    c.key = std::string(tenant) + "-key";
+    return actors::stage_name(sw, stage, "/v1/completions", body, c, "run");
+  };
+  EXPECT_EQ(name(""), plain);  // the default tenant: the names of a deployment without keys
+  EXPECT_NE(name("acme"), plain);
+  EXPECT_NE(name("acme"), name("beta"));
+  EXPECT_EQ(name("acme"), name("acme"));
+  stage.share = dsl::Share::global;
+  EXPECT_EQ(name("acme"), plain);
+  EXPECT_EQ(name("beta"), plain);
 }
 
 }  // namespace

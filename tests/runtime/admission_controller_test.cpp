@@ -129,6 +129,59 @@ TEST_F(ControllerTest, SettleReturnsTheReservationsTheBranchStillHolds) {
   EXPECT_EQ(ctl.open_branches(), 0u);
 }
 
+// A tenant's fills hold at most its share of the budget (a quarter of 16 slots: 4), whatever
+// other tenants hold; each tenant's release gives back its own room.
+TEST_F(ControllerTest, ATenantsFillsNeverExceedItsShare) {
+  AdmissionConfig c = config();
+  c.policy = AdmissionPolicy::always;
+  Controller ctl(clock_, c);
+  ctl.observe_load(0.05, 0);
+  const std::vector<Candidate> cands = {{0, 5000, Footprint{1000, 0.001}},
+                                        {1, 5000, Footprint{1000, 0.001}},
+                                        {2, 5000, Footprint{1000, 0.001}}};
+  const TenantShare acme{"acme", 0.25};
+  std::vector<ReservationId> held;
+  for (BranchId b = 1; b <= 3; ++b) {
+    ASSERT_TRUE(ctl.open_branch(b, kClass).open);
+    for (const auto& f : ctl.admit(b, cands, 3, acme).admitted)
+      held.push_back(f.reservation);
+  }
+  EXPECT_EQ(held.size(), 4u);
+  EXPECT_EQ(ctl.fills_in_flight("acme"), 4);
+  EXPECT_EQ(ctl.stats().share_refused, 0u) << "refused by the budget check, not by a reservation";
+  // Another tenant's branch still gets its fills: acme cannot spend beta's capacity.
+  ASSERT_TRUE(ctl.open_branch(4, kClass).open);
+  EXPECT_EQ(ctl.admit(4, cands, 3, TenantShare{"beta", 0.25}).admitted.size(), 3u);
+  EXPECT_EQ(ctl.fills_in_flight("beta"), 3);
+  EXPECT_EQ(ctl.fills_in_flight(), 7);
+  // acme gets one slot back for each fill that ends.
+  ctl.release(held[0]);
+  ASSERT_TRUE(ctl.open_branch(5, kClass).open);
+  EXPECT_EQ(ctl.admit(5, cands, 3, acme).admitted.size(), 1u);
+  EXPECT_EQ(ctl.fills_in_flight("acme"), 4);
+  for (BranchId b = 1; b <= 5; ++b)
+    ctl.settle(b);
+  EXPECT_EQ(ctl.fills_in_flight("acme"), 0);
+  EXPECT_EQ(ctl.fills_in_flight("beta"), 0);
+  EXPECT_EQ(ctl.fills_in_flight(), 0);
+}
+
+// The KV share is bounded the same way: a tenant with a tenth of a 0.1 KV budget holds 0.01.
+TEST_F(ControllerTest, ATenantsKvReservationNeverExceedsItsShare) {
+  AdmissionConfig c = config();
+  c.policy = AdmissionPolicy::always;
+  c.prices.kv_budget = 0.1;
+  Controller ctl(clock_, c);
+  ctl.observe_load(0.05, 0);
+  const std::vector<Candidate> cands = {{0, 5000, Footprint{1000, 0.006}},
+                                        {1, 5000, Footprint{1000, 0.006}}};
+  ASSERT_TRUE(ctl.open_branch(1, kClass).open);
+  EXPECT_EQ(ctl.admit(1, cands, 2, TenantShare{"acme", 0.1}).admitted.size(), 1u);
+  EXPECT_NEAR(ctl.kv_reserved(), 0.006, 1e-12);
+  ctl.settle(1);
+  EXPECT_EQ(ctl.kv_reserved(), 0);
+}
+
 TEST_F(ControllerTest, ReservationsAreSharedAcrossBranches) {
   AdmissionConfig c = config();
   c.prices.kv_budget = 0.03;
