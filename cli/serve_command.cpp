@@ -10,6 +10,7 @@
 #include "gateway/server.hpp"
 
 #include <yaml-cpp/yaml.h>
+#include <boost/asio/ip/address.hpp>
 
 #include <pthread.h>
 #include <sys/resource.h>
@@ -18,6 +19,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 namespace dynrt::cli {
@@ -68,6 +70,9 @@ struct ServeOptions {
   int workflow_idle_ms = 60'000;
   std::size_t max_live_runs = 10'000;
   int shutdown_grace_ms = 10'000;
+  std::string keys_file;        // --keys
+  bool auth_in_config = false;  // the --config file has an `auth` section
+  bool insecure_no_auth = false;
 };
 
 // "qwen3-32b,qwen3-0.6b=http://vllm:8000", "http://vllm:8000" or "sim".
@@ -144,6 +149,7 @@ bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) 
       if (l["shutdown_grace_ms"] && !given("--shutdown-grace-ms"))
         o.shutdown_grace_ms = l["shutdown_grace_ms"].as<int>();
     }
+    if (root["auth"] && !given("--keys")) o.auth_in_config = true;
     if (root["threads"] && !given("--threads")) o.threads = root["threads"].as<int>();
     if (root["io_threads"] && !given("--io-threads")) o.io_threads = root["io_threads"].as<int>();
   } catch (const YAML::Exception& e) {
@@ -174,6 +180,28 @@ bool raise_descriptor_limit(std::size_t max_connections) {
   return false;
 }
 
+// The keys, from --keys or the --config file's `auth` section; nullopt when neither is given.
+std::optional<Expected<gateway::KeyRing>> read_keys(const ServeOptions& o) {
+  if (!o.keys_file.empty()) return gateway::load_keys_file(o.keys_file);
+  if (!o.auth_in_config) return std::nullopt;
+  try {
+    const auto auth = YAML::LoadFile(o.config)["auth"];
+    return gateway::parse_keys(auth, o.config + " (auth)");
+  } catch (const YAML::Exception& e) {
+    return Expected<gateway::KeyRing>(make_error(o.config + ":" + std::to_string(e.mark.line + 1) +
+                                                 ":" + std::to_string(e.mark.column + 1) + ": " +
+                                                 e.msg));
+  }
+}
+
+// Loopback only: an address in 127.0.0.0/8 or ::1, or the name localhost.
+bool loopback(const std::string& host) {
+  if (host == "localhost") return true;
+  boost::system::error_code ec;
+  const auto a = boost::asio::ip::make_address(host, ec);
+  return !ec && a.is_loopback();
+}
+
 std::string summary(const dsl::TemplateGraph& g) {
   std::size_t speculable = 0;
   for (const auto& s : g.stages)
@@ -194,6 +222,24 @@ int serve(ServeOptions o, const CLI::App& cmd) {
   for (const auto& f : o.engine_flags)
     o.engines.push_back(parse_engine_flag(f));
   if (o.engines.empty()) o.engines.push_back(EngineSpec{});
+
+  // Keys before anything starts: a gateway reachable from other hosts without them would be an
+  // open relay for the engines' keys, and would share every caller's results with every other.
+  auto auth = std::make_shared<gateway::Authenticator>();
+  if (auto keys = read_keys(o)) {
+    if (!*keys) {
+      std::cerr << "dynrt serve: " << keys->error().message << "\n";
+      return kExitUsage;
+    }
+    auth->replace(std::move(**keys));
+  } else if (!loopback(o.host) && !o.insecure_no_auth) {
+    std::cerr << "dynrt serve: refusing to listen on " << o.host
+              << " without API keys: anyone who can reach it could use the engines and read "
+                 "every caller's results. Give --keys FILE (docs/operations.md, \"Security\"), "
+                 "listen on 127.0.0.1, or pass --insecure-no-auth if something in front of "
+                 "dynrt already authenticates every request.\n";
+    return kExitUsage;
+  }
 
   // Templates first: refuse to start on a finding, and print it like `dynrt lint` does.
   const auto report = dsl::lint_paths(o.templates);
@@ -319,6 +365,7 @@ int serve(ServeOptions o, const CLI::App& cmd) {
   // /v1/models lists the models the engines were configured with (the embedded engine answers
   // to any name and calls itself "sim").
   go.models = models;
+  if (auth->enabled()) go.auth = auth;
   if (go.models.empty() && o.engines.front().url == "sim") go.models = {"sim"};
   std::unique_ptr<gateway::Gateway> gw;
   try {
@@ -327,15 +374,27 @@ int serve(ServeOptions o, const CLI::App& cmd) {
     std::cerr << "dynrt serve: " << e.what() << "\n";
     return 1;
   }
-  std::printf("dynrt listening on http://%s:%u (%s; reuse %s, fills %s)\n", o.host.c_str(),
+  std::printf("dynrt listening on http://%s:%u (%s; reuse %s, fills %s; %s)\n", o.host.c_str(),
               static_cast<unsigned>(gw->port()), o.engines.front().url.c_str(),
-              o.no_reuse ? "off" : "on", o.no_fills ? "off" : "on");
+              o.no_reuse ? "off" : "on", o.no_fills ? "off" : "on",
+              auth->enabled() ? (std::to_string(auth->key_count()) + " API keys").c_str()
+                              : "no API keys: one tenant");
   for (const auto* g : report.graphs())
     std::printf("%s\n", summary(*g).c_str());
   std::fflush(stdout);
   for (;;) {
     int sig = 0;
     if (sigwait(&signals, &sig) != 0 || sig != SIGHUP) break;
+    // The keys first: a bad key file keeps the keys in force (never none).
+    if (auth->enabled()) {
+      if (auto keys = read_keys(o); keys && *keys) {
+        auth->replace(std::move(**keys));
+        std::fprintf(stderr, "dynrt serve: reloaded %zu API key(s)\n", auth->key_count());
+      } else if (keys) {
+        std::fprintf(stderr, "dynrt serve: key reload refused, still using the previous keys\n%s\n",
+                     keys->error().message.c_str());
+      }
+    }
     // A template being edited may be caught half-written: then it does not lint clean, the
     // old graphs keep serving, and the next SIGHUP tries again.
     auto loaded = (*runtime)->reload();
@@ -372,7 +431,18 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
                   "OpenAI-compatible server; repeat for several (the first takes the models "
                   "no other names)");
   cmd->add_option("--config", o->config, "YAML configuration file");
-  cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--host", o->host,
+                  "Address to listen on; other than loopback it needs --keys (or "
+                  "--insecure-no-auth)")
+      ->capture_default_str();
+  cmd->add_option("--keys", o->keys_file,
+                  "API key file (YAML: name, key_sha256 or key_env, tenant, scopes, limits); "
+                  "every route but /healthz then needs a key, and results are kept apart by "
+                  "tenant. SIGHUP reloads it")
+      ->check(CLI::ExistingFile);
+  cmd->add_flag("--insecure-no-auth", o->insecure_no_auth,
+                "Listen on a non-loopback address without keys (only behind something that "
+                "authenticates every request)");
   cmd->add_option("--port", o->port, "Port to listen on; 0 picks a free one")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();

@@ -20,6 +20,7 @@ find_package(Eigen3 3.4 REQUIRED NO_MODULE)   # Eigen3::Eigen
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET GLOBAL libxxhash>=0.8)
 pkg_check_modules(RE2 REQUIRED IMPORTED_TARGET GLOBAL re2)
 find_package(CURL 7.68 REQUIRED)              # CURL::libcurl
+find_package(OpenSSL 3 REQUIRED)              # OpenSSL::Crypto (key digests), OpenSSL::SSL (TLS)
 find_package(nlohmann_json 3.11 REQUIRED)     # nlohmann_json::nlohmann_json
 find_package(CLI11 REQUIRED)                  # CLI11::CLI11
 find_package(spdlog REQUIRED)                 # spdlog::spdlog

@@ -1,5 +1,6 @@
 #include "gateway/server.hpp"
 
+#include "gateway/auth.hpp"
 #include "gateway/request.hpp"
 
 #include <boost/asio.hpp>
@@ -183,6 +184,12 @@ class Session : public std::enable_shared_from_this<Session> {
     const bool post = request_.method() == http::verb::post;
     if (path == "/healthz")
       return get ? respond(http::status::ok, "ok\n", "text/plain") : not_allowed();
+    // Every other route needs a key once keys are configured: the key first (401), then its
+    // scope for the route (403), then its rate (429), before anything else is looked at.
+    if (!authorize(path == "/metrics"           ? kScopeMetrics
+                   : path == "/v1/dynrt/writes" ? kScopeWrite
+                                                : kScopeInfer))
+      return;
     if (path == "/metrics")
       return get ? respond(http::status::ok, prometheus_text(gw_.runtime.stats()),
                            "text/plain; version=0.0.4")
@@ -208,24 +215,66 @@ class Session : public std::enable_shared_from_this<Session> {
     return t;
   }
 
+  // Who sends this request, and may they (gateway/auth.hpp)? Answers the refusal itself.
+  bool authorize(Scope needed) {
+    caller_ = Caller{};
+    admin_ = true;
+    if (!gw_.options.auth) return true;
+    const auto it = request_.find(http::field::authorization);
+    const std::string_view header = it == request_.end()
+                                        ? std::string_view()
+                                        : std::string_view(it->value().data(), it->value().size());
+    AuthResult who = gw_.options.auth->check(header, needed);
+    switch (who.outcome) {
+      case AuthResult::Outcome::ok:
+        break;
+      case AuthResult::Outcome::unauthenticated:
+        respond(http::status::unauthorized, openai_error(who.message, "authentication_error", 401),
+                "application/json", false, {}, true);
+        return false;
+      case AuthResult::Outcome::forbidden:
+        respond(http::status::forbidden, openai_error(who.message, "permission_error", 403),
+                "application/json");
+        return false;
+      case AuthResult::Outcome::rate_limited:
+        respond(http::status::too_many_requests,
+                openai_error(who.message, "rate_limit_exceeded", 429), "application/json", false,
+                std::move(who.retry_after));
+        return false;
+    }
+    caller_.tenant = std::move(who.tenant);
+    caller_.key = std::move(who.key_name);
+    caller_.max_live_runs = who.limits.max_live_runs;
+    caller_.fill_share = who.limits.fill_share;
+    admin_ = who.admin;
+    return true;
+  }
+
   // A model call or a tool call (its body the arguments).
   void completion(const std::string& path) {
     ParsedCall parsed = parse_call(path, request_.body(), tags());
     if (!parsed.ok()) return invalid(parsed.invalid);
     streaming_ = parsed.stream;
+    parsed.request.caller = caller_;
     call(std::move(parsed.request));
   }
 
+  // An admin's write (or any write with no keys configured) reaches every tenant; any other
+  // key's reaches its own tenant's results and the shared ones.
   void writes() {
     ParsedWrites parsed = parse_writes(request_.body());
     if (!parsed.ok()) return invalid(parsed.invalid);
     const auto n = parsed.keys.size();
-    gw_.runtime.write(std::move(parsed.keys), [self = shared_from_this(), n](std::size_t removed) {
-      net::post(self->stream_.get_executor(), [self, n, removed] {
-        self->respond(http::status::ok, json{{"written", n}, {"invalidated", removed}}.dump(),
-                      "application/json");
-      });
-    });
+    auto scope = admin_ ? tenancy::WriteScope::all() : tenancy::WriteScope::of(caller_.tenant);
+    gw_.runtime.write(
+        std::move(parsed.keys),
+        [self = shared_from_this(), n](std::size_t removed) {
+          net::post(self->stream_.get_executor(), [self, n, removed] {
+            self->respond(http::status::ok, json{{"written", n}, {"invalidated", removed}}.dump(),
+                          "application/json");
+          });
+        },
+        std::move(scope));
   }
 
   void models() {
@@ -384,9 +433,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // `retry_after`: an error answer's Retry-After (the engine's, or dynrt's own on its 503s).
   void respond(http::status status, std::string body, std::string_view type,
-               bool with_served = false, std::string retry_after = {}) {
+               bool with_served = false, std::string retry_after = {}, bool challenge = false) {
     auto res = std::make_shared<http::response<http::string_body>>(status, request_.version());
     res->set(http::field::content_type, std::string(type));
+    if (challenge) res->set(http::field::www_authenticate, "Bearer");
     if (with_served) res->set("X-DynRT-Served", std::string(to_string(served_)));
     if (header_value_ok(retry_after)) res->set(http::field::retry_after, retry_after);
     res->keep_alive(keep_alive_);
@@ -425,6 +475,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool idling_ = false;
   bool timed_out_ = false;
   Served served_ = Served::engine;
+  Caller caller_;      // the current request's, from its key
+  bool admin_ = true;  // its key has the admin scope (or no keys are configured)
   CallId call_ = 0;
   std::uint64_t generation_ = 0;
   std::deque<std::string> out_;
@@ -632,6 +684,12 @@ std::string prometheus_text(const RuntimeStats& s) {
          static_cast<double>(s.runs_evicted));
   metric("dynrt_runs_expired_total", "counter", "Workflow runs ended after --workflow-idle-ms.",
          static_cast<double>(s.runs_expired));
+  metric("dynrt_runs_refused_total", "counter",
+         "New workflow runs refused with 429: their key held its live-run limit.",
+         static_cast<double>(s.runs_refused));
+  metric("dynrt_fills_share_refused_total", "counter",
+         "Fill reservations refused: their tenant held its share of the fill budget.",
+         static_cast<double>(s.fills_share_refused));
   metric("dynrt_fills_running", "gauge", "Fill actors alive.",
          static_cast<double>(s.fills_running));
   metric("dynrt_fill_kv_reserved", "gauge", "KV share (of the KV budget) reserved by fills.",

@@ -7,6 +7,12 @@
 //   GET  /metrics                                Prometheus text: served, fills, library, gates
 //   GET  /healthz                                liveness
 //
+// With keys configured (GatewayOptions::auth), every route but /healthz needs
+// `Authorization: Bearer <key>`: 401 (authentication_error) without a valid key, 403
+// (permission_error) without the route's scope, 429 with Retry-After over the key's rate; the
+// key's tenant scopes what its calls are served and what its writes reach (docs/operations.md,
+// "Security").
+//
 // Tags come from the X-DynRT-Workflow, X-DynRT-Workflow-Id and X-DynRT-Stage headers; a
 // request without them is forwarded unchanged. The X-DynRT-Served response header says how an
 // answer was produced (engine, fill or cache); the body never does. A client that disconnects
@@ -23,6 +29,7 @@
 #pragma once
 
 #include "actors/runtime.hpp"
+#include "gateway/auth.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -42,6 +49,9 @@ struct GatewayOptions {
   std::chrono::milliseconds idle_timeout{60'000};    // a kept-alive connection waiting for more
   std::size_t max_connections = 4096;                // over it: 503 with Retry-After, closed
   std::vector<std::string> models;                   // what /v1/models lists
+  // Keys, scopes, tenants and per-key limits (gateway/auth.hpp); null or without keys: every
+  // request is allowed, as one tenant. Shared so that a reload can replace its keys.
+  std::shared_ptr<Authenticator> auth;
 };
 
 class Gateway {

@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config git ca-certificates
-  libcaf-dev libyaml-cpp-dev libeigen3-dev libxxhash-dev libcurl4-openssl-dev
+  libcaf-dev libyaml-cpp-dev libeigen3-dev libxxhash-dev libcurl4-openssl-dev libssl-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev librapidcheck-dev
   libboost-dev libboost-system-dev libkainjow-mustache-dev
   libre2-dev

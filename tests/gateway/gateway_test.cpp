@@ -466,6 +466,182 @@ TEST_F(GatewayTest, KeptAliveConnectionsServeSeveralRequests) {
   }
 }
 
+// -- keys, scopes and tenants ------------------------------------------------------------------
+
+std::string header_value(const std::string& response, std::string_view name) {
+  const std::string head = response.substr(0, response.find("\r\n\r\n"));
+  const auto at = head.find("\r\n" + std::string(name) + ": ");
+  if (at == std::string::npos) return {};
+  const auto from = at + 4 + name.size();
+  return head.substr(from, head.find("\r\n", from) - from);
+}
+
+std::string hex_sha256(std::string_view key) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (const auto b : sha256(key)) {
+    out += digits[b >> 4];
+    out += digits[b & 15];
+  }
+  return out;
+}
+
+// One reusable stage that reads a record, and keys of two tenants: acme (infer; write),
+// beta (infer, write; a slow rate), ops (admin) and a metrics-only scraper.
+const char* kAuthTemplate = R"(version: 1
+workflow: tn
+stages:
+  answer:
+    kind: model
+    speculable: true
+    model: sim
+    params: {temperature: 0, max_tokens: 8}
+    reads: ["doc:hi"]
+    request:
+      messages: [{role: user, content: "hi"}]
+)";
+const std::string kAuthChat =
+    R"({"model":"sim","temperature":0,"max_tokens":8,"messages":[{"role":"user","content":"hi"}]})";
+
+class AuthGateway : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string keys =
+        "keys:\n"
+        "  - {name: acme-1, key_sha256: " +
+        hex_sha256("sk-acme-1") +
+        ", tenant: acme, scopes: [infer]}\n"
+        "  - {name: acme-2, key_sha256: " +
+        hex_sha256("sk-acme-2") +
+        ", tenant: acme, scopes: [infer, write]}\n"
+        "  - {name: beta-1, key_sha256: " +
+        hex_sha256("sk-beta-1") +
+        ", tenant: beta, scopes: [infer, write],"
+        " limits: {rps: 0.001, burst: 4}}\n"
+        "  - {name: ops, key_sha256: " +
+        hex_sha256("sk-ops") +
+        ", tenant: ops, scopes: [admin]}\n"
+        "  - {name: scraper, key_sha256: " +
+        hex_sha256("sk-scrape") + ", tenant: ops, scopes: [metrics]}\n";
+    auto ring = parse_keys(keys, "keys.yaml");
+    ASSERT_TRUE(ring.ok()) << ring.error().message;
+    engines::sim::SimEngineOptions so;
+    so.time_scale = 0;
+    RuntimeConfig cfg;
+    cfg.engines.push_back({"sim",
+                           std::make_shared<engines::sim::SimEngine>(engines::sim::SimParams{},
+                                                                     engines::sim::Script{}, so),
+                           {}});
+    cfg.template_texts = {{"tn.yaml", kAuthTemplate}};
+    auto rt = Runtime::create(cfg);
+    ASSERT_TRUE(rt.ok()) << rt.error().message;
+    runtime_ = std::move(*rt);
+    GatewayOptions o;
+    o.auth = std::make_shared<Authenticator>(std::move(*ring));
+    gateway_ = std::make_unique<Gateway>(*runtime_, std::move(o));
+  }
+  void TearDown() override {
+    gateway_.reset();
+    if (runtime_) runtime_->shutdown();
+  }
+  std::string exchange(std::string_view raw) {
+    Conn c(gateway_->port());
+    EXPECT_TRUE(c.connected());
+    c.send(raw);
+    std::string r = c.read_all();
+    EXPECT_FALSE(c.timed_out);
+    return r;
+  }
+  static std::string bearer(std::string_view key) {
+    return "Authorization: Bearer " + std::string(key) + "\r\n";
+  }
+  // A tagged call of stage `answer` in run `run`, with `key`.
+  std::string ask(std::string_view key, std::string_view run) {
+    return exchange(post("/v1/chat/completions", kAuthChat,
+                         bearer(key) + "X-DynRT-Workflow: tn\r\nX-DynRT-Workflow-Id: " +
+                             std::string(run) + "\r\nX-DynRT-Stage: answer\r\n"));
+  }
+  std::string get(std::string_view path, std::string_view extra = "") {
+    return exchange("GET " + std::string(path) + " HTTP/1.1\r\nHost: x\r\n" + std::string(extra) +
+                    "Connection: close\r\n\r\n");
+  }
+
+  std::unique_ptr<Runtime> runtime_;
+  std::unique_ptr<Gateway> gateway_;
+};
+
+std::string served_of(const std::string& response) {
+  const std::string head = response.substr(0, response.find("\r\n\r\n"));
+  const auto at = head.find("X-DynRT-Served: ");
+  return at == std::string::npos ? std::string()
+                                 : head.substr(at + 16, head.find("\r\n", at) - at - 16);
+}
+
+TEST_F(AuthGateway, WithoutAValidKeyEveryRouteButHealthIs401AndNothingRuns) {
+  const std::vector<std::string> wrong = {std::string(), bearer("sk-wrong"),
+                                          "Authorization: Basic eDp5\r\n", bearer("")};
+  for (const auto& extra : wrong) {
+    const auto r = exchange(post("/v1/chat/completions", kChat, extra));
+    const json e = expect_error(r, 401);
+    EXPECT_EQ(e["type"], "authentication_error");
+    EXPECT_TRUE(has_header(r, "WWW-Authenticate: Bearer"));
+    expect_error(exchange(post("/v1/dynrt/writes", R"({"keys":["doc:hi"]})", extra)), 401);
+    expect_error(get("/metrics", extra), 401);
+    expect_error(get("/v1/models", extra), 401);
+  }
+  EXPECT_EQ(status_of(get("/healthz")), 200);
+  const RuntimeStats s = runtime_->stats();
+  EXPECT_EQ(s.requests, 0u) << "a refused request reached the runtime (and the engine's key)";
+  EXPECT_EQ(s.writes, 0u);
+}
+
+TEST_F(AuthGateway, AKeyWithoutTheRoutesScopeIs403) {
+  const json e = expect_error(get("/metrics", bearer("sk-acme-1")), 403);
+  EXPECT_EQ(e["type"], "permission_error");
+  expect_error(exchange(post("/v1/dynrt/writes", R"({"keys":["doc:hi"]})", bearer("sk-acme-1"))),
+               403);
+  expect_error(exchange(post("/v1/chat/completions", kChat, bearer("sk-scrape"))), 403);
+  EXPECT_EQ(status_of(get("/metrics", bearer("sk-scrape"))), 200);
+  EXPECT_EQ(status_of(get("/metrics", bearer("sk-ops"))), 200) << "admin has every scope";
+  EXPECT_EQ(status_of(get("/v1/models", bearer("sk-acme-1"))), 200);
+  EXPECT_EQ(runtime_->stats().requests, 0u);
+}
+
+TEST_F(AuthGateway, TenantsAreServedOnlyTheirOwnResults) {
+  EXPECT_EQ(served_of(ask("sk-acme-1", "r1")), "engine");
+  const auto again = ask("sk-acme-2", "r2");  // same tenant, other key
+  EXPECT_EQ(served_of(again), "cache");
+  const auto other = ask("sk-beta-1", "r3");
+  EXPECT_EQ(served_of(other), "engine") << "beta was served acme's result";
+  EXPECT_EQ(body_of(other), body_of(again)) << "the engine's answer either way";
+  EXPECT_EQ(served_of(ask("sk-ops", "r4")), "engine");
+}
+
+TEST_F(AuthGateway, WritesReachTheWritersTenantOrEverywhereForAdmin) {
+  ask("sk-acme-1", "r1");
+  ask("sk-beta-1", "r2");
+  const auto w = exchange(post("/v1/dynrt/writes", R"({"keys":["doc:hi"]})", bearer("sk-beta-1")));
+  EXPECT_EQ(status_of(w), 200) << w;
+  EXPECT_EQ(json::parse(body_of(w))["invalidated"], 1);
+  EXPECT_EQ(served_of(ask("sk-acme-2", "r3")), "cache") << "beta's write reached acme";
+  EXPECT_EQ(served_of(ask("sk-beta-1", "r4")), "engine");
+  const auto all = exchange(post("/v1/dynrt/writes", R"({"keys":["doc:hi"]})", bearer("sk-ops")));
+  EXPECT_EQ(json::parse(body_of(all))["invalidated"], 2);
+  EXPECT_EQ(served_of(ask("sk-acme-1", "r5")), "engine");
+}
+
+TEST_F(AuthGateway, AKeyOverItsRateIs429WithRetryAfter) {
+  for (int i = 0; i < 4; ++i)  // the burst
+    EXPECT_EQ(status_of(get("/v1/models", bearer("sk-beta-1"))), 200);
+  const auto r = get("/v1/models", bearer("sk-beta-1"));
+  const json e = expect_error(r, 429);
+  EXPECT_EQ(e["type"], "rate_limit_exceeded");
+  const auto retry = header_value(r, "Retry-After");
+  ASSERT_FALSE(retry.empty());
+  EXPECT_GE(std::stoi(retry), 1);
+  EXPECT_EQ(status_of(get("/v1/models", bearer("sk-acme-1"))), 200) << "limits are per key";
+}
+
 // -- engine faults as a client sees them -------------------------------------------------------
 
 using testing::FaultyServer;
