@@ -464,6 +464,8 @@ class Compiler {
     if (auto m = string_of(def->get("model"))) s.model = *m;
     if (auto t = string_of(def->get("tool"))) s.tool = *t;
     if (auto b = bool_of(def->get("speculable"))) s.speculable = *b;
+    if (auto sh = string_of(def->get("share")); sh && *sh == "global" && s.kind != StageKind::user)
+      s.share = Share::global;
     if (auto t = number_of(def->get("ttl_s")); t && *t > 0 && *t <= kMaxTtl) s.ttl_s = *t;
     if (const Node* p = def->get("params"); p && p->is_mapping()) s.params = to_json(*p);
     if (const Node* r = def->get("request")) {
@@ -1168,6 +1170,9 @@ class Compiler {
         def["tool"] = s.tool;
         def["arguments"] = s.arguments;
       }
+      // Only when global, so that every stage written before `share` keeps its fingerprint
+      // (and its stored results) while a tenant's result is never served as a shared one.
+      if (s.share == Share::global) def["share"] = to_string(s.share);
       s.fingerprint = xxh3_128("dynrt.stage.v1\n" + canonical_json(def));
       std::sort(s.uses.begin(), s.uses.end());
     }

@@ -110,6 +110,7 @@ struct Language {
   Type api = enum_of({"chat", "completions"});
   Type window = enum_of({"decode", "user"});
   Type promotion = enum_of({"exclusive", "independent"});
+  Type share = enum_of({"tenant", "global"});
   Type request = [this] {
     Type t = scalar(TypeKind::any);
     t.doc =
@@ -196,6 +197,9 @@ struct Language {
         {"speculable", &boolean, false,
          "Safe to run twice: deterministic and free of external effects. Only speculable "
          "stages run as fills before their branch resolves."},
+        {"share", &share, false,
+         "Whose calls its results may serve: tenant (the default: only the tenant whose call "
+         "caused them) or global (every tenant; for results that hold no tenant's data)."},
         {"reads", &string_list, false,
          "External records the stage reads (mustache templates of record keys); a write to "
          "one invalidates results built from it."},
