@@ -220,6 +220,7 @@ class Compiler {
     check_dependencies();
     compute_downstream();
     check_speculation();
+    check_record_keys();
     check_unused();
     fingerprints();
     return std::move(g_);
@@ -1132,6 +1133,45 @@ class Compiler {
                     " is speculable, so nothing can be filled for it; mark the stages that are "
                     "safe to run twice `speculable: true`",
           "/decisions/" + schema::pointer_token(dec.name));
+    }
+  }
+
+  // -- isolation between tenants -----------------------------------------------------------
+
+  // A key template must start with literal text (comments render nothing, so they do not
+  // count): otherwise whatever value is rendered first, a caller's or a model's, can name any
+  // record ("secret:admin"), reading it into a result or invalidating it.
+  static bool scoped_key(const MustacheScan& scan) {
+    std::size_t literal_from = 0;
+    for (const MustacheTag& tag : scan.tags) {
+      if (tag.offset > literal_from) return true;
+      if (tag.type != MustacheTag::Type::comment) return false;
+      literal_from = tag.offset + tag.length;
+    }
+    return true;  // no value is rendered before the end: a fixed key (or none)
+  }
+
+  void check_record_keys() {
+    for (StageId id = 0; id < g_.stages.size(); ++id) {
+      const Node* def = src_[id].def();
+      if (!def->is_mapping()) continue;
+      for (const char* key : {"reads", "writes"}) {
+        const Node* list = def->get(key);
+        if (!list || !list->is_sequence()) continue;
+        for (std::size_t i = 0; i < list->items.size(); ++i) {
+          const Node& item = list->items[i];
+          if (!is_string(&item)) continue;
+          const MustacheScan scan = scan_mustache(item.value);
+          if (scan.error || scoped_key(scan)) continue;  // bad tags: reported
+          add(Rule::unscoped_record_key, item.span,
+              "record key " + qt(item.value) +
+                  " starts with a mustache tag, so the value rendered there can name any "
+                  "record (\"secret:admin\", say); begin it with a literal prefix that names "
+                  "the kind of record, such as " +
+                  qt("page:" + item.value),
+              stage_path(id) + "/" + key + "/" + std::to_string(i));
+        }
+      }
     }
   }
 

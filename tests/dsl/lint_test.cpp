@@ -155,6 +155,97 @@ stages:
   EXPECT_EQ(rules(r), (std::vector<std::string>{"wrong-type"}));
 }
 
+// -- isolation between tenants ----------------------------------------------------------------
+
+std::vector<const Diagnostic*> findings(const LintReport& r, std::string_view rule) {
+  std::vector<const Diagnostic*> out;
+  for (const auto& d : r.diagnostics) {
+    if (d.info().name == rule) out.push_back(&d);
+  }
+  return out;
+}
+
+// A page fetcher whose record keys are given by the test; `url` comes from the caller.
+std::string fetcher(const std::string& reads, const std::string& writes = "[\"page:{{url}}\"]") {
+  return R"(version: 1
+workflow: pages
+inputs:
+  url: {description: the page}
+stages:
+  fetch:
+    kind: tool
+    tool: fetch_page
+    bind: {url: /url}
+    arguments: {url: "{{url}}"}
+    reads:
+      - )" +
+         reads + R"(
+  save:
+    kind: tool
+    tool: save_page
+    after: fetch
+    arguments: {url: "{{url}}"}
+    writes: )" +
+         writes + "\n";
+}
+
+TEST(UnscopedRecordKey, AKeyThatStartsWithATagIsAnErrorAtTheItem) {
+  for (const std::string key : {R"("{{url}}")", R"("{{{url}}}")", R"("{{ url }}")", R"("{{&url}}")",
+                                R"("{{url}}:meta")", R"("{{! note }}{{url}}")"}) {
+    const LintReport r = lint(fetcher(key));
+    const auto found = findings(r, "unscoped-record-key");
+    ASSERT_EQ(found.size(), 1u) << key << "\n" << rules(r).size();
+    const Diagnostic& d = *found[0];
+    EXPECT_EQ(d.severity, Severity::error) << key;
+    EXPECT_EQ(d.begin.line, 12) << key;
+    EXPECT_EQ(d.begin.column, 9) << key;
+    EXPECT_EQ(d.end.column, 9 + static_cast<int>(key.size())) << key;
+    EXPECT_EQ(d.path, "/stages/fetch/reads/0") << key;
+    EXPECT_NE(d.message.find("\"secret:admin\""), std::string::npos) << d.message;
+    EXPECT_NE(d.message.find("literal prefix"), std::string::npos) << d.message;
+    EXPECT_FALSE(r.files[0].usable) << key;
+  }
+}
+
+TEST(UnscopedRecordKey, SuggestsAPrefixedKey) {
+  const LintReport r = lint(fetcher(R"("{{url}}")"));
+  ASSERT_EQ(findings(r, "unscoped-record-key").size(), 1u);
+  EXPECT_EQ(findings(r, "unscoped-record-key")[0]->message,
+            "record key \"{{url}}\" starts with a mustache tag, so the value rendered there can "
+            "name any record (\"secret:admin\", say); begin it with a literal prefix that names "
+            "the kind of record, such as \"page:{{url}}\"");
+}
+
+TEST(UnscopedRecordKey, KeysWithALiteralPrefixAreAccepted) {
+  for (const std::string key :
+       {R"("page:{{url}}")", R"("p{{url}}")", R"("{{! note }}page:{{url}}")", R"("page:index")",
+        R"("page:{{#url}}{{.}}{{/url}}")"}) {
+    const LintReport r = lint(fetcher(key));
+    EXPECT_TRUE(r.diagnostics.empty()) << key << ": " << r.diagnostics[0].message;
+  }
+}
+
+TEST(UnscopedRecordKey, AppliesToWritesToo) {
+  const LintReport r = lint(fetcher(R"("page:{{url}}")", R"(["page:{{url}}", "{{url}}"])"));
+  const auto found = findings(r, "unscoped-record-key");
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0]->path, "/stages/save/writes/1");
+  EXPECT_EQ(found[0]->begin.line, 18);
+  EXPECT_EQ(found[0]->begin.column, 30);
+}
+
+TEST(UnscopedRecordKey, AMalformedTagIsReportedOnceAsInvalidValue) {
+  const LintReport r = lint(fetcher(R"("{{url")"));
+  EXPECT_EQ(findings(r, "unscoped-record-key").size(), 0u);
+  EXPECT_EQ(findings(r, "invalid-value").size(), 1u);
+}
+
+TEST(UnscopedRecordKey, EveryShippedTemplateIsScoped) {
+  const LintReport r = lint_paths({"templates"});
+  EXPECT_EQ(r.graphs().size(), 4u);
+  EXPECT_TRUE(findings(r, "unscoped-record-key").empty());
+}
+
 class LintFiles : public ::testing::Test {
  protected:
   void SetUp() override {
