@@ -221,6 +221,7 @@ class Compiler {
     compute_downstream();
     check_speculation();
     check_record_keys();
+    check_sharing();
     check_unused();
     fingerprints();
     return std::move(g_);
@@ -1171,6 +1172,104 @@ class Compiler {
                   qt("page:" + item.value),
               stage_path(id) + "/" + key + "/" + std::to_string(i));
         }
+      }
+    }
+  }
+
+  // Where a caller-derived variable's value comes from: the stage that binds it from its
+  // incoming request (`via` empty), or the stage whose request carried `via` into the output
+  // or decision it produces.
+  struct CallerOrigin {
+    StageId stage = kNoId;
+    std::string via;
+  };
+
+  // Variables whose value a caller chooses: those bound from an incoming request, and,
+  // transitively, the outputs and decisions of stages whose request carries one of them.
+  std::map<std::string, CallerOrigin> caller_derived() const {
+    std::map<std::string, CallerOrigin> out;
+    for (const Stage& s : g_.stages) {
+      for (const auto& [name, ex] : s.bind) {
+        const auto v = vars_.find(name);
+        if (v != vars_.end() &&
+            (v->second.kind == VarKind::input || v->second.kind == VarKind::decision)) {
+          out.emplace(name, CallerOrigin{s.id, ""});
+        }
+      }
+    }
+    // A fixpoint: loop-carried values may flow against the declaration order.
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (const StageId id : g_.topological_order) {
+        const Stage& s = g_.stages[id];
+        const std::string* carried = nullptr;
+        for (const auto& [name, ex] : s.bind) {
+          if (!carried && out.count(name)) carried = &name;
+        }
+        for (const std::string& u : s.uses) {
+          if (!carried && out.count(u)) carried = &u;
+        }
+        if (!carried) continue;
+        std::vector<std::string> produced;
+        for (const auto& [name, ex] : s.outputs)
+          produced.push_back(name);
+        if (s.decides != kNoId) produced.push_back(g_.decisions[s.decides].name);
+        for (const std::string& p : produced) {
+          if (out.emplace(p, CallerOrigin{id, *carried}).second) changed = true;
+        }
+      }
+    }
+    return out;
+  }
+
+  // "query", which stage "router" binds from a caller's request
+  std::string caller_chain(const std::map<std::string, CallerOrigin>& origins,
+                           const std::string& var) const {
+    const CallerOrigin& o = origins.at(var);
+    const std::string& stage = g_.stages[o.stage].name;
+    if (o.via.empty())
+      return qt(var) + ", which stage " + qt(stage) + " binds from a caller's request";
+    const bool decided = vars_.at(var).kind == VarKind::decision;
+    return qt(var) + ", which stage " + qt(stage) + (decided ? " decides" : " produces") +
+           " from " + caller_chain(origins, o.via);
+  }
+
+  void check_sharing() {
+    const std::string why =
+        "; a result shared across tenants that was computed from one tenant's data can be "
+        "served to another tenant that sends the same request";
+    const std::string keep = why +
+                             "; keep `share: tenant` unless that value is the same for "
+                             "every tenant";
+    const auto origins = caller_derived();
+    for (const Stage& s : g_.stages) {
+      if (s.share != Share::global) continue;
+      const Node* def = src_[s.id].def();
+      const std::string path = stage_path(s.id);
+      const std::string shared =
+          "stage " + qt(s.name) + " is shared across tenants (share: global)";
+      if (!s.reads.empty()) {
+        add(Rule::shared_stage_reads_records, def->get("share")->span,
+            shared + " but reads records (" + join_names(s.reads) +
+                "), which belong to one tenant" + why +
+                ", and a write by one tenant invalidates results only within its own tenant and "
+                "the shared scope; keep `share: tenant` unless every tenant reads the same "
+                "records",
+            path + "/share");
+      }
+      std::set<std::string> reported;
+      for (const Use& u : uses_) {
+        if (u.stage != s.id || !origins.count(u.var) || !reported.insert(u.var).second) continue;
+        add(Rule::shared_stage_caller_input, u.span,
+            shared + " but renders " + caller_chain(origins, u.var) + keep, path);
+      }
+      const Node* bind = def->get("bind");
+      for (const auto& [name, ex] : s.bind) {
+        if (!origins.count(name) || !reported.insert(name).second) continue;
+        add(Rule::shared_stage_caller_input, bind->find(name)->key.span,
+            shared + " but its request carries " + qt(name) +
+                ", which it binds from a caller's request" + keep,
+            path + "/bind/" + schema::pointer_token(name));
       }
     }
   }

@@ -80,6 +80,12 @@ constexpr std::array kRules = {
     RuleInfo{unscoped_record_key, "unscoped-record-key", "DT5001", error,
              "A record key template that starts with a mustache tag instead of a literal "
              "prefix, so the value rendered there can name any record."},
+    RuleInfo{shared_stage_reads_records, "shared-stage-reads-records", "DT5002", warning,
+             "A stage shared across tenants (`share: global`) reads records, which may hold "
+             "one tenant's data."},
+    RuleInfo{shared_stage_caller_input, "shared-stage-caller-input", "DT5003", warning,
+             "A stage shared across tenants (`share: global`) renders a value that comes from "
+             "a caller's request."},
     RuleInfo{ignore_without_reason, "ignore-without-reason", "DT9001", warning,
              "An inline ignore without a `-- reason`."},
     RuleInfo{unused_ignore, "unused-ignore", "DT9002", warning,

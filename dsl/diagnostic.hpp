@@ -59,7 +59,9 @@ enum class Rule {
   selection_unmatchable,        ///< a selection rule that can never yield any candidate
   no_speculable_downstream,     ///< a decision point with nothing downstream that may be filled
   // DT5xxx: isolation between tenants
-  unscoped_record_key,  ///< a record key that starts with a tag, so a value picks any key
+  unscoped_record_key,         ///< a record key that starts with a tag, so a value picks any key
+  shared_stage_reads_records,  ///< a `share: global` stage that reads records
+  shared_stage_caller_input,   ///< a `share: global` stage whose request carries caller input
   // DT9xxx: lint pragmas
   ignore_without_reason,  ///< an inline ignore without `-- reason`
   unused_ignore,          ///< an inline ignore that suppressed nothing
