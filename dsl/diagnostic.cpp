@@ -77,6 +77,15 @@ constexpr std::array kRules = {
              "A selection rule that cannot yield any of the decision point's candidates."},
     RuleInfo{no_speculable_downstream, "no-speculable-downstream", "DT4004", warning,
              "A decision point with no speculable stage downstream, so nothing can be filled."},
+    RuleInfo{unscoped_record_key, "unscoped-record-key", "DT5001", error,
+             "A record key template that starts with a mustache tag instead of a literal "
+             "prefix, so the value rendered there can name any record."},
+    RuleInfo{shared_stage_reads_records, "shared-stage-reads-records", "DT5002", warning,
+             "A stage shared across tenants (`share: global`) reads records, which may hold "
+             "one tenant's data."},
+    RuleInfo{shared_stage_caller_input, "shared-stage-caller-input", "DT5003", warning,
+             "A stage shared across tenants (`share: global`) renders a value that comes from "
+             "a caller's request."},
     RuleInfo{ignore_without_reason, "ignore-without-reason", "DT9001", warning,
              "An inline ignore without a `-- reason`."},
     RuleInfo{unused_ignore, "unused-ignore", "DT9002", warning,

@@ -2,9 +2,9 @@
 //
 // A rule has a stable kebab-case name (what `[rule-id]` prints and what inline ignores name)
 // and a stable code (DT0xxx YAML and encoding, DT1xxx schema, DT2xxx graph and references,
-// DT4xxx speculation safety, DT9xxx lint pragmas); either is accepted wherever a rule is
-// named. Rules are never renumbered; a retired rule keeps its code. docs/lint-rules.md has
-// one section per rule. Pure data; thread-compatible.
+// DT4xxx speculation safety, DT5xxx isolation between tenants, DT9xxx lint pragmas); either
+// is accepted wherever a rule is named. Rules are never renumbered; a retired rule keeps its
+// code. docs/lint-rules.md has one section per rule. Pure data; thread-compatible.
 #pragma once
 
 #include "dsl/source.hpp"
@@ -58,6 +58,10 @@ enum class Rule {
   speculable_writes,            ///< a speculable stage that writes external records
   selection_unmatchable,        ///< a selection rule that can never yield any candidate
   no_speculable_downstream,     ///< a decision point with nothing downstream that may be filled
+  // DT5xxx: isolation between tenants
+  unscoped_record_key,         ///< a record key that starts with a tag, so a value picks any key
+  shared_stage_reads_records,  ///< a `share: global` stage that reads records
+  shared_stage_caller_input,   ///< a `share: global` stage whose request carries caller input
   // DT9xxx: lint pragmas
   ignore_without_reason,  ///< an inline ignore without `-- reason`
   unused_ignore,          ///< an inline ignore that suppressed nothing

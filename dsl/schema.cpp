@@ -110,6 +110,7 @@ struct Language {
   Type api = enum_of({"chat", "completions"});
   Type window = enum_of({"decode", "user"});
   Type promotion = enum_of({"exclusive", "independent"});
+  Type share = enum_of({"tenant", "global"});
   Type request = [this] {
     Type t = scalar(TypeKind::any);
     t.doc =
@@ -196,11 +197,16 @@ struct Language {
         {"speculable", &boolean, false,
          "Safe to run twice: deterministic and free of external effects. Only speculable "
          "stages run as fills before their branch resolves."},
+        {"share", &share, false,
+         "Whose calls its results may serve: tenant (the default: only the tenant whose call "
+         "caused them) or global (every tenant; for results that hold no tenant's data)."},
         {"reads", &string_list, false,
-         "External records the stage reads (mustache templates of record keys); a write to "
-         "one invalidates results built from it."},
+         "External records the stage reads (mustache templates of record keys, each starting "
+         "with a literal prefix such as `doc:`); a write to one invalidates results built "
+         "from it."},
         {"writes", &string_list, false,
-         "External records the stage writes; a write invalidates what read them."},
+         "External records the stage writes (record key templates, as in `reads`); a write "
+         "invalidates what read them."},
         {"outputs", &bindings, false,
          "Variables this stage's result defines: variable name -> where it is in the "
          "response (a JSON pointer, or an Extract)."},

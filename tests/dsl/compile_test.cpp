@@ -186,6 +186,10 @@ TEST(Fingerprint, ChangedByEverySemanticEdit) {
       {"arguments", R"(call: "{{call}}"})", R"(call: "{{call}}", dry_run: false})", "execute"},
       {"reads", R"(reads: ["api:{{handler}}"])", R"(reads: ["api:v2:{{handler}}"])", "execute"},
       {"string vs number", "max_tokens: 64", "max_tokens: \"64\"", "handle"},
+      {"share global", "    speculable: true\n    model: qwen3-32b",
+       "    speculable: true\n    share: global\n    model: qwen3-32b", "handle"},
+      {"share tenant, the default", "    speculable: true\n    model: qwen3-32b",
+       "    speculable: true\n    share: tenant\n    model: qwen3-32b", nullptr},
   };
   for (const Edit& e : edits) {
     const std::string text = replace(kRouting, e.from, e.to);
@@ -198,6 +202,72 @@ TEST(Fingerprint, ChangedByEverySemanticEdit) {
           << e.what << " on stage " << s.name;
     }
   }
+}
+
+// Fingerprints are part of every reuse name: a change to what they cover must not move the
+// fingerprints of templates that do not use the change (their stored results would be lost).
+// These are the values from before stages could declare `share`.
+TEST(Fingerprint, PinnedForAnUnchangedTemplate) {
+  const TemplateGraph g = compile_clean(kRouting);
+  EXPECT_EQ(g.stage("router")->fingerprint.hex(), "c04f465d8dbe937c9f0da679ba8ee300");
+  EXPECT_EQ(g.stage("handle")->fingerprint.hex(), "3f17fff39cf2451b5ac6d02338491fb6");
+  EXPECT_EQ(g.stage("execute")->fingerprint.hex(), "b998697a24725a2fe9131b50367af7a4");
+}
+
+const char* kShared = R"(version: 1
+workflow: shared
+stages:
+  terms:
+    kind: model
+    model: m
+    params: {temperature: 0}
+    request:
+      messages: [{role: user, content: "List the terms of service."}]
+  rates:
+    kind: tool
+    after: terms
+    tool: exchange_rates
+    share: global
+    arguments: {base: EUR}
+  chat:
+    kind: model
+    after: rates
+    model: m
+    share: tenant
+)";
+
+TEST(Share, ParsedPerStageWithTenantAsTheDefault) {
+  const TemplateGraph g = compile_clean(kShared);
+  EXPECT_EQ(g.stage("terms")->share, Share::tenant);  // no `share`
+  EXPECT_EQ(g.stage("rates")->share, Share::global);
+  EXPECT_EQ(g.stage("chat")->share, Share::tenant);
+  EXPECT_EQ(to_string(g.stage("rates")->share), "global");
+}
+
+TEST(Share, AnyOtherValueIsAPositionedError) {
+  const LintReport r = lint_text("t.yaml", replace(kShared, "share: global", "share: everyone"));
+  ASSERT_EQ(r.diagnostics.size(), 1u) << format_text(r);
+  const Diagnostic& d = r.diagnostics[0];
+  EXPECT_EQ(d.info().name, "invalid-value");
+  EXPECT_EQ(d.severity, Severity::error);
+  EXPECT_EQ(d.begin.line, 14);
+  EXPECT_EQ(d.begin.column, 12);
+  EXPECT_EQ(d.end.column, 20);
+  EXPECT_EQ(d.message, "\"everyone\" is not one of \"tenant\" or \"global\"");
+  EXPECT_EQ(d.path, "/stages/rates/share");
+  EXPECT_FALSE(r.files[0].usable);
+}
+
+TEST(Share, NotAKeyOfUserStages) {
+  const LintReport r = lint_text("t.yaml", R"(version: 1
+workflow: w
+stages:
+  pick: {kind: user, share: global}
+)");
+  ASSERT_EQ(r.diagnostics.size(), 1u) << format_text(r);
+  EXPECT_EQ(r.diagnostics[0].info().name, "unknown-key");
+  ASSERT_TRUE(r.files[0].graph);
+  EXPECT_EQ(r.files[0].graph->stage("pick")->share, Share::tenant);  // no results to share
 }
 
 TEST(Fingerprint, CompletionsApiIsADifferentStage) {

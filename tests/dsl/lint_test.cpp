@@ -155,6 +155,294 @@ stages:
   EXPECT_EQ(rules(r), (std::vector<std::string>{"wrong-type"}));
 }
 
+// -- isolation between tenants ----------------------------------------------------------------
+
+std::vector<const Diagnostic*> findings(const LintReport& r, std::string_view rule) {
+  std::vector<const Diagnostic*> out;
+  for (const auto& d : r.diagnostics) {
+    if (d.info().name == rule) out.push_back(&d);
+  }
+  return out;
+}
+
+// A page fetcher whose record keys are given by the test; `url` comes from the caller.
+std::string fetcher(const std::string& reads, const std::string& writes = "[\"page:{{url}}\"]") {
+  return R"(version: 1
+workflow: pages
+inputs:
+  url: {description: the page}
+stages:
+  fetch:
+    kind: tool
+    tool: fetch_page
+    bind: {url: /url}
+    arguments: {url: "{{url}}"}
+    reads:
+      - )" +
+         reads + R"(
+  save:
+    kind: tool
+    tool: save_page
+    after: fetch
+    arguments: {url: "{{url}}"}
+    writes: )" +
+         writes + "\n";
+}
+
+TEST(UnscopedRecordKey, AKeyThatStartsWithATagIsAnErrorAtTheItem) {
+  for (const std::string key : {R"("{{url}}")", R"("{{{url}}}")", R"("{{ url }}")", R"("{{&url}}")",
+                                R"("{{url}}:meta")", R"("{{! note }}{{url}}")"}) {
+    const LintReport r = lint(fetcher(key));
+    const auto found = findings(r, "unscoped-record-key");
+    ASSERT_EQ(found.size(), 1u) << key << "\n" << rules(r).size();
+    const Diagnostic& d = *found[0];
+    EXPECT_EQ(d.severity, Severity::error) << key;
+    EXPECT_EQ(d.begin.line, 12) << key;
+    EXPECT_EQ(d.begin.column, 9) << key;
+    EXPECT_EQ(d.end.column, 9 + static_cast<int>(key.size())) << key;
+    EXPECT_EQ(d.path, "/stages/fetch/reads/0") << key;
+    EXPECT_NE(d.message.find("\"secret:admin\""), std::string::npos) << d.message;
+    EXPECT_NE(d.message.find("literal prefix"), std::string::npos) << d.message;
+    EXPECT_FALSE(r.files[0].usable) << key;
+  }
+}
+
+TEST(UnscopedRecordKey, SuggestsAPrefixedKey) {
+  const LintReport r = lint(fetcher(R"("{{url}}")"));
+  ASSERT_EQ(findings(r, "unscoped-record-key").size(), 1u);
+  EXPECT_EQ(findings(r, "unscoped-record-key")[0]->message,
+            "record key \"{{url}}\" starts with a mustache tag, so the value rendered there can "
+            "name any record (\"secret:admin\", say); begin it with a literal prefix that names "
+            "the kind of record, such as \"page:{{url}}\"");
+}
+
+TEST(UnscopedRecordKey, KeysWithALiteralPrefixAreAccepted) {
+  for (const std::string key :
+       {R"("page:{{url}}")", R"("p{{url}}")", R"("{{! note }}page:{{url}}")", R"("page:index")",
+        R"("page:{{#url}}{{.}}{{/url}}")"}) {
+    const LintReport r = lint(fetcher(key));
+    EXPECT_TRUE(r.diagnostics.empty()) << key << ": " << r.diagnostics[0].message;
+  }
+}
+
+TEST(UnscopedRecordKey, AppliesToWritesToo) {
+  const LintReport r = lint(fetcher(R"("page:{{url}}")", R"(["page:{{url}}", "{{url}}"])"));
+  const auto found = findings(r, "unscoped-record-key");
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0]->path, "/stages/save/writes/1");
+  EXPECT_EQ(found[0]->begin.line, 18);
+  EXPECT_EQ(found[0]->begin.column, 30);
+}
+
+TEST(UnscopedRecordKey, AMalformedTagIsReportedOnceAsInvalidValue) {
+  const LintReport r = lint(fetcher(R"("{{url")"));
+  EXPECT_EQ(findings(r, "unscoped-record-key").size(), 0u);
+  EXPECT_EQ(findings(r, "invalid-value").size(), 1u);
+}
+
+TEST(UnscopedRecordKey, EveryShippedTemplateIsScoped) {
+  const LintReport r = lint_paths({"templates"});
+  EXPECT_EQ(r.graphs().size(), 4u);
+  EXPECT_TRUE(findings(r, "unscoped-record-key").empty());
+}
+
+// kRouting with `share: global` added to one stage.
+std::string routing_sharing(const std::string& stage) {
+  std::string text = kRouting;
+  const std::string head = "  " + stage + ":\n";
+  text.insert(text.find(head) + head.size(), "    share: global\n");
+  return text;
+}
+
+TEST(SharedStageReadsRecords, WarnsAtTheShareValue) {
+  const LintReport r = lint(routing_sharing("execute"));
+  const auto found = findings(r, "shared-stage-reads-records");
+  ASSERT_EQ(found.size(), 1u);
+  const Diagnostic& d = *found[0];
+  EXPECT_EQ(d.severity, Severity::warning);
+  EXPECT_EQ(d.begin.line, 28);
+  EXPECT_EQ(d.begin.column, 12);
+  EXPECT_EQ(d.end.column, 18);
+  EXPECT_EQ(d.path, "/stages/execute/share");
+  EXPECT_NE(d.message.find("reads records (\"api:{{handler}}\")"), std::string::npos) << d.message;
+  EXPECT_NE(d.message.find("can be served to another tenant that sends the same request"),
+            std::string::npos)
+      << d.message;
+  EXPECT_NE(d.message.find("only within its own tenant and the shared scope"), std::string::npos)
+      << d.message;
+  EXPECT_TRUE(r.files[0].usable);  // warnings only
+}
+
+TEST(SharedStageReadsRecords, NotForTenantStagesOrSharedStagesWithoutReads) {
+  EXPECT_TRUE(lint(kRouting).diagnostics.empty());
+  const LintReport r = lint(routing_sharing("handle"));
+  EXPECT_TRUE(findings(r, "shared-stage-reads-records").empty());
+  EXPECT_FALSE(findings(r, "shared-stage-caller-input").empty());
+}
+
+// A template whose stage `ask` binds the caller's `query`; `ask_keys` adds to that stage,
+// `more` adds stages and sections after it.
+std::string asking(const std::string& ask_keys, const std::string& more = "") {
+  return R"(version: 1
+workflow: w
+inputs:
+  query: {description: the caller's question}
+stages:
+  ask:
+    kind: model
+    model: m
+    bind: {query: /messages/0/content}
+)" + ask_keys +
+         more;
+}
+
+TEST(SharedStageCallerInput, ABoundInputRenderedDirectly) {
+  const LintReport r = lint(asking(R"(    share: global
+    request:
+      messages: [{role: user, content: "Answer: {{query}}"}]
+)"));
+  ASSERT_EQ(rules(r), (std::vector<std::string>{"shared-stage-caller-input"}));
+  const Diagnostic& d = r.diagnostics[0];
+  EXPECT_EQ(d.severity, Severity::warning);
+  EXPECT_EQ(d.begin.line, 12);
+  EXPECT_EQ(d.begin.column, 49);
+  EXPECT_EQ(d.end.column, 58);
+  EXPECT_EQ(d.message,
+            "stage \"ask\" is shared across tenants (share: global) but renders \"query\", which "
+            "stage \"ask\" binds from a caller's request; a result shared across tenants that was "
+            "computed from one tenant's data can be served to another tenant that sends the same "
+            "request; keep `share: tenant` unless that value is the same for every tenant");
+  EXPECT_TRUE(r.files[0].usable);
+}
+
+TEST(SharedStageCallerInput, TracesOutputsAndDecisionsBackToTheRequest) {
+  // router binds query and decides handler; handle renders both and outputs call.
+  const LintReport r = lint(routing_sharing("execute"));
+  const auto found = findings(r, "shared-stage-caller-input");
+  ASSERT_EQ(found.size(), 2u);
+  EXPECT_NE(found[0]->message.find("renders \"handler\", which stage \"router\" decides from "
+                                   "\"query\", which stage \"router\" binds from a caller's "
+                                   "request"),
+            std::string::npos)
+      << found[0]->message;
+  EXPECT_NE(found[1]->message.find("renders \"call\", which stage \"handle\" produces from "
+                                   "\"handler\", which stage \"router\" decides from"),
+            std::string::npos)
+      << found[1]->message;
+  EXPECT_EQ(found[0]->begin.line, 33);  // arguments: {api: "{{handler}}", call: "{{call}}"}
+  EXPECT_EQ(found[0]->begin.column, 23);
+  EXPECT_EQ(found[1]->begin.line, 33);
+  EXPECT_EQ(found[1]->begin.column, 44);
+}
+
+TEST(SharedStageCallerInput, ABindOfItsOwnThatNoTemplateRendersIsFlaggedAtTheBind) {
+  const LintReport r = lint(asking("    share: global\n", R"(  answer:
+    kind: model
+    model: m
+    after: ask
+    request:
+      messages: [{role: user, content: "{{query}}"}]
+)"));
+  const auto found = findings(r, "shared-stage-caller-input");
+  ASSERT_EQ(found.size(), 1u) << rules(r).size();
+  EXPECT_EQ(found[0]->begin.line, 9);
+  EXPECT_EQ(found[0]->begin.column, 12);
+  EXPECT_EQ(found[0]->path, "/stages/ask/bind/query");
+  EXPECT_NE(found[0]->message.find("its request carries \"query\", which it binds from a "
+                                   "caller's request"),
+            std::string::npos)
+      << found[0]->message;
+}
+
+TEST(SharedStageCallerInput, AUserPickBoundFromARequestIsCallerInput) {
+  const LintReport r = lint(R"(version: 1
+workflow: w
+stages:
+  pick:
+    kind: user
+    decides: plan
+  act:
+    kind: tool
+    tool: run_plan
+    after: pick
+    share: global
+    bind: {plan: /plan}
+    arguments: {plan: "{{plan}}"}
+decisions:
+  plan:
+    promotion: independent
+    candidates: {source: static, values: [basic, pro]}
+)");
+  const auto found = findings(r, "shared-stage-caller-input");
+  ASSERT_EQ(found.size(), 1u) << rules(r).size();
+  EXPECT_NE(found[0]->message.find("renders \"plan\", which stage \"act\" binds"),
+            std::string::npos)
+      << found[0]->message;
+}
+
+TEST(SharedStageCallerInput, ValuesNoCallerChoosesAreNotFlagged) {
+  // The loop index, and the output of a stage whose request is fixed by the template.
+  const LintReport r = lint(asking(R"(    request:
+      messages: [{role: user, content: "{{query}}"}]
+)",
+                                   R"(  headlines:
+    kind: tool
+    tool: headlines
+    after: ask
+    arguments: {section: world, page: "{{hop}}"}
+    outputs: {top: /top}
+  summarize:
+    kind: model
+    model: m
+    after: headlines
+    share: global
+    request:
+      messages: [{role: user, content: "Summarize {{top}}, page {{hop}}"}]
+loops:
+  hop:
+    stages: [headlines, summarize]
+    max: 3
+)"));
+  EXPECT_TRUE(findings(r, "shared-stage-caller-input").empty()) << r.diagnostics[0].message;
+}
+
+TEST(SharedStageCallerInput, CarriedAcrossALoopRepetition) {
+  // think renders the previous repetition's `note`, which read produces from the caller's
+  // query, and act renders think's `idea`: one pass in declaration order would miss it.
+  const LintReport r = lint(asking("", R"(  think:
+    kind: model
+    model: m
+    after: [ask, read]
+    request:
+      messages: [{role: user, content: "{{note}}"}]
+    outputs: {idea: /choices/0/message/content}
+  act:
+    kind: model
+    model: m
+    after: think
+    share: global
+    request:
+      messages: [{role: user, content: "{{idea}}"}]
+  read:
+    kind: model
+    model: m
+    after: act
+    request:
+      messages: [{role: user, content: "{{query}}"}]
+    outputs: {note: /choices/0/message/content}
+loops:
+  hop:
+    stages: [think, act, read]
+    max: 3
+)"));
+  const auto found = findings(r, "shared-stage-caller-input");
+  ASSERT_EQ(found.size(), 1u) << rules(r).size();
+  EXPECT_EQ(found[0]->message.substr(0, found[0]->message.find(';')),
+            "stage \"act\" is shared across tenants (share: global) but renders \"idea\", which "
+            "stage \"think\" produces from \"note\", which stage \"read\" produces from \"query\", "
+            "which stage \"ask\" binds from a caller's request");
+}
+
 class LintFiles : public ::testing::Test {
  protected:
   void SetUp() override {
