@@ -185,6 +185,7 @@ void draft(Self self) {
     exec->kind = engines::RequestKind::fill;
     exec->priority = svc.switches.fill_priority;
     exec->id = "dynrt-draft-" + std::to_string(st.branch->id()) + "-" + std::to_string(i);
+    exec->tenant = st.init->caller.tenant;
     exec->reply_to = self;
     exec->tag = static_cast<std::uint64_t>(i);
     exec->cancel = st.drafts;

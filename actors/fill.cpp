@@ -114,6 +114,7 @@ void run_on_engine(Self self, const dsl::Stage& stage, dsl::RenderedRequest req,
             exec->kind = engines::RequestKind::fill;
             exec->priority = svc.switches.fill_priority;
             exec->id = "dynrt-fill-" + std::to_string(sx.init->id) + "-" + std::to_string(sx.step);
+            exec->tenant = sx.init->caller.tenant;
             exec->reply_to = self;
             exec->tag = ++sx.tag;
             exec->cancel = sx.cancel;

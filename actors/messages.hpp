@@ -122,6 +122,7 @@ struct Exec {
   engines::RequestKind kind = engines::RequestKind::canonical;
   int priority = 0;
   std::string id;
+  std::string tenant;   // whose work it is (EngineRequest::tenant)
   caf::actor reply_to;  // receives (engdone_atom, tag, ExecResultPtr)
   std::uint64_t tag = 0;
   std::shared_ptr<ReplySink> stream_to;  // chunks forwarded as they arrive

@@ -425,6 +425,7 @@ struct Runtime::Impl {
           break;
         }
     engines::EngineRequest req;
+    req.tenant = std::move(request.caller.tenant);
     req.endpoint = std::move(request.endpoint);
     req.body = std::move(request.body);
     const auto handle = engine->submit(std::move(req), std::make_shared<DirectSink>(sink));

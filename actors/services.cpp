@@ -184,7 +184,7 @@ behavior engine_actor(event_based_actor* self, std::shared_ptr<engines::Engine> 
           }
           const auto started = std::chrono::steady_clock::now();
           // Tool callbacks may run inline (the corpus); the sink only posts messages.
-          tools->call({name, exec->body}, [sink, started](engines::ToolOutcome r) {
+          tools->call({name, exec->body, exec->tenant}, [sink, started](engines::ToolOutcome r) {
             if (!r) {
               sink->on_error(r.error());  // a tool server's 503 stays a 503, Retry-After kept
               return;
@@ -207,6 +207,7 @@ behavior engine_actor(event_based_actor* self, std::shared_ptr<engines::Engine> 
         req.kind = exec->kind;
         req.priority = exec->priority;
         req.id = exec->id;
+        req.tenant = exec->tenant;
         auto sink = std::make_shared<ActorSink>(exec, in_flight);
         const auto handle = engine->submit(std::move(req), sink);
         sink->submitted(handle);

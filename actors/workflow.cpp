@@ -20,6 +20,7 @@ void pass_through(const Services& svc, const DemandPtr& d) {
   auto exec = std::make_shared<Exec>();
   exec->endpoint = d->request.endpoint;
   exec->body = d->request.body;
+  exec->tenant = d->request.caller.tenant;
   exec->answer_to = d->sink;
   exec->call = d->sink;
   auto executor = svc.executor_for(exec->endpoint, exec->body);
@@ -260,6 +261,7 @@ void run(Self self, std::uint64_t id) {
   exec->body = p.demand->request.body;
   exec->kind = engines::RequestKind::canonical;
   exec->id = "dynrt-" + st.init.id + "-" + std::to_string(id);
+  exec->tenant = st.init.caller.tenant;
   exec->reply_to = self;
   exec->tag = id;
   if (p.demand->sink->stream()) exec->stream_to = p.demand->sink;

@@ -34,7 +34,6 @@ struct RunResult {
 
 struct DriveOptions {
   bool stream = false;  // ask model stages to stream (stream_options.include_usage too)
-  Caller caller;        // whose calls these are (tenant, key, limits)
   // Called before each request is sent and after each answer (tests record and write here).
   std::function<void(const Step&)> before_step;
   std::function<void(const Step&)> after_step;
@@ -43,6 +42,7 @@ struct DriveOptions {
   // Called before a request goes to the Runtime: returning true means the step's reply was
   // filled in by the caller (a harness-side cache of the baselines) and nothing is sent.
   std::function<bool(Step&)> intercept;
+  Caller caller = {};  // whose calls these are (tenant, key, limits)
 };
 
 RunResult drive(Runtime& runtime, const dsl::TemplateGraph& graph, const Run& run,

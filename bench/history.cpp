@@ -5,6 +5,7 @@
 #include "dsl/lint.hpp"
 #include "engines/sim/engine.hpp"
 #include "engines/tools/corpus.hpp"
+#include "runtime/reuse_name.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -121,8 +122,25 @@ bool Checker::tool_ok(const std::string& endpoint, const json& request, const js
   return v != k->second.end() && v->second == xxh3_128(output.value("passage", std::string()));
 }
 
+namespace {
+// One execution of an exact request by a tenant: the reuse name without a stage (the request's
+// content as dynrt names it), with the tenant.
+Hash128 execution_of(const std::string& tenant, const std::string& endpoint, const json& request) {
+  Hasher128 h;
+  h.add(tenant).add(reuse_name(Hash128{}, endpoint, request));
+  return h.finish();
+}
+}  // namespace
+
+void Checker::executed(const std::string& tenant, const std::string& endpoint,
+                       const json& request) {
+  const Hash128 e = execution_of(tenant, endpoint, request);
+  std::lock_guard lock(mutex_);
+  executed_.insert(e);
+}
+
 void Checker::served(const std::string& endpoint, const json& request, const Reply& reply,
-                     std::uint64_t floor) {
+                     std::uint64_t floor, const std::string& tenant) {
   if (!reply.ok()) {
     std::lock_guard lock(mutex_);
     ++report_.errors;
@@ -142,8 +160,16 @@ void Checker::served(const std::string& endpoint, const json& request, const Rep
     reads = embedded_reads(request);
     exact = model_ok(endpoint, request, reply.body);
   }
+  const Hash128 execution = execution_of(tenant, endpoint, request);
   std::lock_guard lock(mutex_);
   ++report_.serves;
+  if (reply.served != Served::engine) {
+    ++report_.tenant_checked;
+    if (!executed_.count(execution))
+      violation(&Report::cross_tenant, "cross-tenant: " + endpoint + " served (" +
+                                           std::string(to_string(reply.served)) + ") to tenant '" +
+                                           tenant + "' which never executed it");
+  }
   switch (reply.served) {
     case Served::engine:
       ++report_.served_engine;
@@ -178,6 +204,41 @@ Report Checker::report() const {
 // -- the randomized run -----------------------------------------------------------------------
 
 namespace {
+
+// The engine and the tools as dynrt sees them, telling the checker of every execution and
+// whose it is before passing it on.
+class RecordingEngine final : public engines::Engine {
+ public:
+  RecordingEngine(std::shared_ptr<engines::Engine> inner, Checker& checker)
+      : inner_(std::move(inner)), checker_(checker) {}
+  engines::RequestHandle submit(engines::EngineRequest request,
+                                std::shared_ptr<engines::ResponseSink> sink) override {
+    checker_.executed(request.tenant, request.endpoint, request.body);
+    return inner_->submit(std::move(request), std::move(sink));
+  }
+  void cancel(engines::RequestHandle handle) override { inner_->cancel(handle); }
+  engines::LoadSnapshot load() const override { return inner_->load(); }
+  std::string name() const override { return inner_->name(); }
+
+ private:
+  std::shared_ptr<engines::Engine> inner_;
+  Checker& checker_;
+};
+
+class RecordingTools final : public engines::ToolEngine {
+ public:
+  RecordingTools(std::shared_ptr<engines::ToolEngine> inner, Checker& checker)
+      : inner_(std::move(inner)), checker_(checker) {}
+  bool has(std::string_view tool) const override { return inner_->has(tool); }
+  void call(engines::ToolCall call, engines::ToolCallback done) override {
+    checker_.executed(call.tenant, std::string(kTools) + call.tool, call.arguments);
+    inner_->call(std::move(call), std::move(done));
+  }
+
+ private:
+  std::shared_ptr<engines::ToolEngine> inner_;
+  Checker& checker_;
+};
 
 struct Bench {
   Workload workload;
@@ -236,8 +297,8 @@ Report run_history(const RunOptions& o) {
     for (const auto& doc : b->workload.corpus)
       b->checker->text(doc["key"], 1, doc["text"]);
     RuntimeConfig cfg;
-    cfg.engines.push_back({"sim", b->engine, {}});
-    cfg.tools = b->corpus;
+    cfg.engines.push_back({"sim", std::make_shared<RecordingEngine>(b->engine, *b->checker), {}});
+    cfg.tools = std::make_shared<RecordingTools>(b->corpus, *b->checker);
     cfg.template_paths = {o.templates};
     cfg.workflow_idle = std::chrono::milliseconds(200);  // 10^5 runs: do not keep them all
     auto rt = Runtime::create(cfg);
@@ -285,6 +346,7 @@ Report run_history(const RunOptions& o) {
           run.workflow_id += "-h" + std::to_string(next_run++);
           std::uint64_t issued = 0, tool_issued = 0;
           DriveOptions opts;
+          if (o.tenants > 0) opts.caller.tenant = "t" + std::to_string(rng() % o.tenants);
           opts.before_step = [&](const Step& s) {
             issued = b.checker->now();
             if (s.endpoint.rfind(kTools, 0) == 0) tool_issued = issued;
@@ -292,7 +354,7 @@ Report run_history(const RunOptions& o) {
           opts.after_step = [&](const Step& s) {
             const bool tool = s.endpoint.rfind(kTools, 0) == 0;
             b.checker->served(s.endpoint, s.request, s.reply,
-                              tool || tool_issued == 0 ? issued : tool_issued);
+                              tool || tool_issued == 0 ? issued : tool_issued, opts.caller.tenant);
             if (++served % static_cast<std::uint64_t>(std::max(1, o.serves_per_write)) == 0)
               token.release();
             if (++ops >= o.ops) done = true;
@@ -318,6 +380,8 @@ Report run_history(const RunOptions& o) {
     total.serves += r.serves;
     total.stale += r.stale;
     total.unauthorized += r.unauthorized;
+    total.cross_tenant += r.cross_tenant;
+    total.tenant_checked += r.tenant_checked;
     total.errors += r.errors;
     total.reads_checked += r.reads_checked;
     total.served_engine += r.served_engine;

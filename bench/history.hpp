@@ -7,7 +7,11 @@
 //   unauthorized  a result is not what the engine (or the tool, at the version it reports)
 //                 answers for that exact request: a model result differs byte for byte from the
 //                 reference engine's answer, or a tool result names another record than the
-//                 request's, or carries a text the record never had at that version.
+//                 request's, or carries a text the record never had at that version;
+//   cross-tenant  a result served from the library or a fill (not executed for the call) to a
+//                 tenant that had no execution of that exact request of its own (as a canonical
+//                 call or a fill) before: another tenant's work. The engine and the tools are
+//                 wrapped to record each execution with its tenant (EngineRequest::tenant).
 // Record versions: a tool result carries {"key", "version"} (corpus lookups); every corpus text
 // carries a marker "[rev:<key>@<version>]", so a model result's versions are the markers in
 // the request the harness sent (the tool outputs it embedded). A model stage's floor is the
@@ -32,6 +36,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -50,8 +55,10 @@ struct Report {
   std::uint64_t serves = 0;
   std::uint64_t stale = 0;
   std::uint64_t unauthorized = 0;
-  std::uint64_t errors = 0;         // calls answered with an error (a run then stops)
-  std::uint64_t reads_checked = 0;  // (record, version) pairs checked for staleness
+  std::uint64_t cross_tenant = 0;
+  std::uint64_t tenant_checked = 0;  // serves from the library or a fill checked for it
+  std::uint64_t errors = 0;          // calls answered with an error (a run then stops)
+  std::uint64_t reads_checked = 0;   // (record, version) pairs checked for staleness
   std::uint64_t served_engine = 0, served_fill = 0, served_cache = 0;
   std::uint64_t coalesced = 0, invalidated = 0, stale_inserts = 0;  // from the runtimes' stats
   std::vector<std::string> examples;  // the first violations, described
@@ -73,9 +80,13 @@ class Checker {
   void text(const std::string& key, std::uint64_t version, const std::string& text);
   // The write of `key` to `version` was acknowledged (takes its logical time now).
   void acked(const std::string& key, std::uint64_t version);
-  // A served result. `floor`: the logical time from which acknowledged writes must show.
+  // The engine or a tool began executing `request` for `tenant` (before any answer of it).
+  void executed(const std::string& tenant, const std::string& endpoint,
+                const nlohmann::json& request);
+  // A served result, to a call of `tenant`. `floor`: the logical time from which acknowledged
+  // writes must show.
   void served(const std::string& endpoint, const nlohmann::json& request, const Reply& reply,
-              std::uint64_t floor);
+              std::uint64_t floor, const std::string& tenant = {});
 
   Report report() const;
 
@@ -95,6 +106,7 @@ class Checker {
   std::unordered_map<std::string, std::vector<std::pair<std::uint64_t, std::uint64_t>>> acks_;
   std::unordered_map<std::string, std::unordered_map<std::uint64_t, Hash128>> texts_;
   std::unordered_map<Hash128, Hash128> answers_;  // request -> the reference answer
+  std::unordered_set<Hash128> executed_;          // (tenant, request) executions
   Report report_;
 };
 
@@ -108,6 +120,9 @@ struct RunOptions {
   std::size_t runs = 48;     // distinct runs per workload (they recur)
   std::string templates = "templates";
   bool verbose = false;
+  // Tenants the runs are spread over (each run is one tenant's, chosen by the seed, so the same
+  // run content recurs in every tenant); 0: the default tenant only.
+  int tenants = 3;
   // false: the writers change the corpus without telling dynrt (a harness that forgets
   // POST /v1/dynrt/writes); the checker must then find stale serves. Tests use it.
   bool tell_writes = true;

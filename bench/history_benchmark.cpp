@@ -13,7 +13,8 @@
 int main(int argc, char** argv) {
   dynrt::bench::history::RunOptions o;
   o.ops = 1'000'000;
-  CLI::App app{"dynrt history checker: zero stale and zero unauthorized serves under load"};
+  CLI::App app{
+      "dynrt history checker: zero stale, unauthorized and cross-tenant serves under load"};
   app.add_option("--ops", o.ops, "served results + acknowledged writes to run");
   app.add_option("--seed", o.seed, "seed of the workloads, the drivers and the writers");
   app.add_option("--drivers", o.drivers, "driver threads per workload");
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   app.add_option("--serves-per-write", o.serves_per_write, "the writers' pace");
   app.add_option("--runs", o.runs, "distinct runs per workload (they recur)");
   app.add_option("--templates", o.templates, "the template folder");
+  app.add_option("--tenants", o.tenants, "tenants the runs are spread over (0: one, the default)");
   app.add_flag("--verbose", o.verbose, "report failed runs");
   CLI11_PARSE(app, argc, argv);
 
@@ -40,11 +42,14 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(r.stale_inserts));
   std::printf("stale serves      %llu\n", static_cast<unsigned long long>(r.stale));
   std::printf("unauthorized      %llu\n", static_cast<unsigned long long>(r.unauthorized));
+  std::printf("cross-tenant      %llu (of %llu library and fill serves, %d tenants)\n",
+              static_cast<unsigned long long>(r.cross_tenant),
+              static_cast<unsigned long long>(r.tenant_checked), o.tenants);
   std::printf("errors            %llu\n", static_cast<unsigned long long>(r.errors));
   std::printf("wall time         %.1f s\n", r.wall_s);
   std::printf("rate              %.0f operations/s\n",
               r.wall_s > 0 ? static_cast<double>(r.ops()) / r.wall_s : 0.0);
   for (const auto& e : r.examples)
     std::printf("  %s\n", e.c_str());
-  return r.stale == 0 && r.unauthorized == 0 && r.errors == 0 ? 0 : 1;
+  return r.stale == 0 && r.unauthorized == 0 && r.cross_tenant == 0 && r.errors == 0 ? 0 : 1;
 }

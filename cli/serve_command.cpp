@@ -338,6 +338,14 @@ int serve(ServeOptions o, const CLI::App& cmd) {
         std::cerr << "dynrt serve: " << o.corpus << ": tool " << name << " needs a key template\n";
         return kExitUsage;
       }
+      if (!engines::scoped_key_template(key.get<std::string>())) {
+        std::cerr << "dynrt serve: " << o.corpus << ": tool " << name
+                  << ": error[unscoped-record-key]: "
+                  << "the key template " << key.dump()
+                  << " starts with a placeholder, so a caller's argument could name any record; "
+                     "begin it with a literal prefix such as \"page:\"\n";
+        return kExitUsage;
+      }
       (*corpus)->add_tool(name, {engines::Corpus::Kind::lookup, key.get<std::string>()});
     }
     config.tools = *corpus;

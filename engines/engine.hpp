@@ -40,6 +40,9 @@ struct EngineRequest {
   RequestKind kind = RequestKind::canonical;
   int priority = 0;  // lower is served first (vLLM's convention); fills use a higher value
   std::string id;    // the caller's request id: logs, and SGLang's abort by rid
+  // The tenant whose call (or whose run's speculation) this is: for accounting and checks on
+  // the caller's side; adapters never send it to the engine.
+  std::string tenant;
 };
 
 struct Usage {

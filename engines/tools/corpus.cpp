@@ -9,6 +9,13 @@ namespace dynrt::engines {
 
 using nlohmann::json;
 
+bool scoped_key_template(std::string_view tmpl) {
+  const auto open = tmpl.find("{{");
+  if (open == std::string_view::npos) return !tmpl.empty();
+  const auto prefix = tmpl.substr(0, open);
+  return prefix.find_first_not_of(" \t") != std::string_view::npos;
+}
+
 Expected<std::string> render_key(std::string_view tmpl, const json& arguments) {
   std::string out;
   std::size_t pos = 0;

@@ -50,6 +50,11 @@ class Corpus final : public ToolEngine {
   std::map<std::string, ToolSpec, std::less<>> tools_;
 };
 
+// Whether a key template begins with literal text before its first placeholder ("doc:{{id}}"):
+// otherwise an argument alone chooses the record key, any record at all (the same rule as the
+// linter's unscoped-record-key for templates' reads and writes).
+bool scoped_key_template(std::string_view key_template);
+
 // Renders "{{name}}" placeholders from string (or number) arguments; errors name the missing one.
 Expected<std::string> render_key(std::string_view key_template, const nlohmann::json& arguments);
 

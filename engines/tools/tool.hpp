@@ -24,6 +24,7 @@ namespace dynrt::engines {
 struct ToolCall {
   std::string tool;
   nlohmann::json arguments = nlohmann::json::object();
+  std::string tenant = {};  // whose call it is (as EngineRequest::tenant); never sent on
 };
 
 struct ToolRead {

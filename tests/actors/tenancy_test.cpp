@@ -36,6 +36,8 @@ stages:
     share: global
     model: m
     params: {temperature: 0, max_tokens: 32}
+    bind:
+      topic: {pointer: /messages/0/content, regex: '^Public facts about (.*)$'}
     reads: ["doc:{{topic}}"]
     request:
       messages: [{role: user, content: "Public facts about {{topic}}"}]

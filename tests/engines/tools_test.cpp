@@ -82,6 +82,18 @@ TEST(Corpus, BadCallsAreErrors) {
   EXPECT_FALSE(render_key("x:{{a", json::object()).ok());
 }
 
+// A tool's key template must start with literal text: "{{url}}" lets an argument name any
+// record (secret:admin), "page:{{url}}" keeps the argument inside its prefix.
+TEST(Corpus, KeyTemplatesNeedALiteralPrefix) {
+  EXPECT_TRUE(scoped_key_template("page:{{url}}"));
+  EXPECT_TRUE(scoped_key_template("kb:{{collection}}:{{entity}}"));
+  EXPECT_TRUE(scoped_key_template("fixed"));
+  EXPECT_FALSE(scoped_key_template("{{url}}"));
+  EXPECT_FALSE(scoped_key_template("{{a}}:{{b}}"));
+  EXPECT_FALSE(scoped_key_template("  {{url}}"));
+  EXPECT_FALSE(scoped_key_template(""));
+}
+
 TEST(HttpTool, PostsTheCallAndReadsOutputAndReads) {
   testing::FaultyServer server(
       testing::FaultyServer::Mode::respond,

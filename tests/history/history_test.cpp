@@ -61,6 +61,10 @@ TEST(HistoryChecker, CatchesBytesTheEngineOrTheToolDoesNotAnswer) {
   const std::string v1 = marked("one", "kb:e", 1);
   c.text("kb:e", 1, v1);
   const json q = {{"q", 1}};
+  // Executed for the default tenant: only the bytes are in question here.
+  c.executed("", "/v1/chat/completions", q);
+  c.executed("", "/v1/dynrt/tools/kb", {{"entity", "f"}});
+  c.executed("", "/v1/dynrt/tools/kb", {{"entity", "e"}});
   c.served("/v1/chat/completions", q, ok("answer to " + q.dump()), c.now());
   EXPECT_EQ(c.report().unauthorized, 0u);
   c.served("/v1/chat/completions", q, ok("answer to {\"q\":2}", Served::fill), c.now());
@@ -91,14 +95,36 @@ TEST(History, ConcurrentWorkflowsFillsReuseAndWritesShowNoViolation) {
     ADD_FAILURE() << e;
   EXPECT_EQ(r.stale, 0u);
   EXPECT_EQ(r.unauthorized, 0u);
+  EXPECT_EQ(r.cross_tenant, 0u);
   EXPECT_EQ(r.errors, 0u);
   EXPECT_GE(r.ops(), o.ops);
+  EXPECT_GT(r.tenant_checked, 0u) << "runs of three tenants were served from the library";
   // Not vacuous: writes happened, results were reused and promoted, writes invalidated some.
   EXPECT_GT(r.writes, 0u);
   EXPECT_GT(r.served_cache, 0u);
   EXPECT_GT(r.served_fill, 0u);
   EXPECT_GT(r.invalidated + r.stale_inserts, 0u);
   EXPECT_GT(r.reads_checked, 0u);
+}
+
+// The checker's own verdict on tenants: a result served from the library to a tenant that
+// never executed that request is another tenant's work.
+TEST(HistoryChecker, CatchesAServeOfAnotherTenantsExecution) {
+  const json request = {{"model", "m"},
+                        {"messages", json::array({{{"role", "user"}, {"content", "q"}}})}};
+  Checker c([](const std::string&, const json&) { return std::string("answer"); }, {});
+  Reply r;
+  r.body = "answer";
+  r.served = Served::cache;
+  c.executed("acme", "/v1/chat/completions", request);
+  c.served("/v1/chat/completions", request, r, c.now(), "acme");
+  EXPECT_EQ(c.report().cross_tenant, 0u);
+  c.served("/v1/chat/completions", request, r, c.now(), "beta");
+  EXPECT_EQ(c.report().cross_tenant, 1u);
+  r.served = Served::engine;  // executed for the call itself: nothing to check
+  c.served("/v1/chat/completions", request, r, c.now(), "gamma");
+  EXPECT_EQ(c.report().cross_tenant, 1u);
+  EXPECT_EQ(c.report().tenant_checked, 2u);
 }
 
 // The same run with writes that bypass dynrt: the library keeps serving what the writes made
