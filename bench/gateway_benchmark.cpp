@@ -4,8 +4,11 @@
 //            through `dynrt serve`'s gateway (gateway -> runtime -> openai adapter -> engine)
 //   hits     tool calls that the library answers (a confirmed entry), over N keep-alive
 //            connections for a few seconds
+//   auth     the latency run's calls through the gateway without keys, then through a gateway
+//            with 100 API keys (each call hashed and compared with all of them)
 // The client is a small blocking HTTP/1.1 keep-alive client (below); it shares the machine's
-// cores with the servers. Usage: gateway_benchmark [latency|hits|all] [connections] [seconds].
+// cores with the servers. Usage: gateway_benchmark [latency|hits|auth|all] [connections]
+// [seconds].
 #include "actors/runtime.hpp"
 #include "engines/openai/engine.hpp"
 #include "engines/sim/engine.hpp"
@@ -159,6 +162,35 @@ stages:
                 pct(through, 0.5), pct(through, 0.99));
     std::printf("added by the gateway         p50 %.0f us  p99 %.0f us\n",
                 pct(through, 0.5) - pct(direct, 0.5), pct(through, 0.99) - pct(direct, 0.99));
+  }
+  if (what == "auth" || what == "all") {
+    // 100 keys; the benchmark's is the last one compared (all are compared, in constant time).
+    std::string keys = "keys:\n";
+    for (int i = 0; i < 100; ++i) {
+      const std::string hex = gateway::to_hex(gateway::sha256("sk-bench-" + std::to_string(i)));
+      keys += "  - {name: k" + std::to_string(i) + ", key_sha256: " + hex + ", tenant: t" +
+              std::to_string(i % 10) + ", scopes: [infer]}\n";
+    }
+    auto ring = gateway::parse_keys(keys, "bench-keys");
+    if (!ring) {
+      std::fprintf(stderr, "%s\n", ring.error().message.c_str());
+      return 1;
+    }
+    gateway::GatewayOptions ao = go;
+    ao.auth = std::make_shared<gateway::Authenticator>(std::move(*ring));
+    gateway::Gateway authed(*rt, ao);
+    const std::string bearer = "Authorization: Bearer sk-bench-99\r\n";
+    paced(gw.port(), 500, "");
+    const auto open = paced(gw.port(), 5000, "");
+    paced(authed.port(), 500, bearer);
+    const auto keyed = paced(authed.port(), 5000, bearer);
+    std::printf("paced 1,000/s, 5,000 calls   p50 %.0f us  p99 %.0f us  (gateway without keys)\n",
+                pct(open, 0.5), pct(open, 0.99));
+    std::printf("                             p50 %.0f us  p99 %.0f us  (gateway with 100 keys)\n",
+                pct(keyed, 0.5), pct(keyed, 0.99));
+    std::printf("added by authentication      p50 %.0f us  p99 %.0f us\n",
+                pct(keyed, 0.5) - pct(open, 0.5), pct(keyed, 0.99) - pct(open, 0.99));
+    authed.stop();
   }
   if (what == "hits" || what == "all") {
     const std::string body = json{{"entity", "a"}}.dump();

@@ -34,6 +34,17 @@ Digest sha256(std::string_view data) {
   return out;
 }
 
+std::string to_hex(const Digest& digest) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(64);
+  for (const auto b : digest) {
+    out += kDigits[b >> 4];
+    out += kDigits[b & 15];
+  }
+  return out;
+}
+
 const ApiKey* KeyRing::find(const Digest& digest) const {
   // Every key is compared, each in constant time, so the time taken says nothing about which
   // key (or how much of one) matched.

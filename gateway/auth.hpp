@@ -63,6 +63,7 @@ struct KeyLimits {
 
 using Digest = std::array<std::uint8_t, 32>;
 Digest sha256(std::string_view data);
+std::string to_hex(const Digest& digest);  // 64 lowercase hexadecimal digits
 
 struct ApiKey {
   std::string name;

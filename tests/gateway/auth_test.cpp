@@ -11,13 +11,7 @@ namespace dynrt::gateway {
 namespace {
 
 std::string hex(const Digest& d) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (const auto b : d) {
-    out += digits[b >> 4];
-    out += digits[b & 15];
-  }
-  return out;
+  return to_hex(d);
 }
 
 TEST(Sha256, IsTheStandardDigest) {

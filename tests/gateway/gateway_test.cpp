@@ -468,7 +468,7 @@ TEST_F(GatewayTest, KeptAliveConnectionsServeSeveralRequests) {
 
 // -- keys, scopes and tenants ------------------------------------------------------------------
 
-std::string header_value(const std::string& response, std::string_view name) {
+std::string header_of(const std::string& response, std::string_view name) {
   const std::string head = response.substr(0, response.find("\r\n\r\n"));
   const auto at = head.find("\r\n" + std::string(name) + ": ");
   if (at == std::string::npos) return {};
@@ -477,13 +477,7 @@ std::string header_value(const std::string& response, std::string_view name) {
 }
 
 std::string hex_sha256(std::string_view key) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (const auto b : sha256(key)) {
-    out += digits[b >> 4];
-    out += digits[b & 15];
-  }
-  return out;
+  return to_hex(sha256(key));
 }
 
 // One reusable stage that reads a record, and keys of two tenants: acme (infer; write),
@@ -636,7 +630,7 @@ TEST_F(AuthGateway, AKeyOverItsRateIs429WithRetryAfter) {
   const auto r = get("/v1/models", bearer("sk-beta-1"));
   const json e = expect_error(r, 429);
   EXPECT_EQ(e["type"], "rate_limit_exceeded");
-  const auto retry = header_value(r, "Retry-After");
+  const auto retry = header_of(r, "Retry-After");
   ASSERT_FALSE(retry.empty());
   EXPECT_GE(std::stoi(retry), 1);
   EXPECT_EQ(status_of(get("/v1/models", bearer("sk-acme-1"))), 200) << "limits are per key";
@@ -678,14 +672,6 @@ std::vector<std::string> sse_events(const std::string& response) {
     pos = end;
   }
   return out;
-}
-
-std::string header_of(const std::string& response, std::string_view name) {
-  const std::string head = response.substr(0, response.find("\r\n\r\n"));
-  const auto at = head.find("\r\n" + std::string(name) + ": ");
-  if (at == std::string::npos) return {};
-  const auto from = at + 4 + name.size();
-  return head.substr(from, head.find("\r\n", from) - from);
 }
 
 class GatewayFaults : public ::testing::Test {
