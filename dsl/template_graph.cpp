@@ -34,7 +34,9 @@ std::string_view to_string(Window w) {
 std::string_view to_string(Promotion p) {
   return p == Promotion::exclusive ? "exclusive" : "independent";
 }
-std::string_view to_string(Share s) { return s == Share::tenant ? "tenant" : "global"; }
+std::string_view to_string(Share s) {
+  return s == Share::tenant ? "tenant" : "global";
+}
 std::string_view to_string(CandidateSourceKind k) {
   switch (k) {
     case CandidateSourceKind::static_list:

@@ -1,4 +1,4 @@
-// Coalescing of identical concurrent misses (issue 9, docs/reuse.md): N identical demands of a
+// Coalescing of identical concurrent misses (docs/reuse.md): N identical demands of a
 // speculable stage from different runs, while the first runs on an engine the test holds, cause
 // one engine execution and are answered with its bytes; a failure reaches every waiter and is
 // not cached; a cancelled leader hands over; a write closes the execution to later demands and
