@@ -270,9 +270,9 @@ struct Compiled {
 };
 
 // Lints and compiles every template; any error-severity finding refuses them all.
-Expected<Compiled> compile_templates(
-    const std::vector<std::string>& paths,
-    const std::vector<std::pair<std::string, std::string>>& texts) {
+Expected<Compiled> compile_templates(const RuntimeConfig& config) {
+  const auto& paths = config.template_paths;
+  const auto& texts = config.template_texts;
   Compiled out;
   auto add = [&](const dsl::LintReport& report) -> std::optional<Error> {
     const std::string errors = findings_text(report);
@@ -289,6 +289,20 @@ Expected<Compiled> compile_templates(
     if (auto e = add(dsl::lint_paths(paths))) return *e;
   for (const auto& [name, text] : texts)
     if (auto e = add(dsl::lint_text(name, text))) return *e;
+  // The configuration's shared stages: the same as `share: global` in the template, except
+  // that the stage's fingerprint (and so its names for the default tenant) stays as it was.
+  for (const auto& name : config.shared_stages) {
+    const auto dot = name.find('.');
+    const auto g =
+        dot == std::string::npos ? out.graphs.end() : out.graphs.find(name.substr(0, dot));
+    if (g == out.graphs.end() || !g->second->stage(name.substr(dot + 1)))
+      return make_error("shared stage \"" + name +
+                        "\" names no stage of the templates (expected workflow.stage)");
+    auto copy = std::make_shared<dsl::TemplateGraph>(*g->second);
+    for (auto& st : copy->stages)
+      if (st.name == name.substr(dot + 1)) st.share = dsl::Share::global;
+    g->second = std::move(copy);
+  }
   return out;
 }
 
@@ -449,7 +463,7 @@ struct Runtime::Impl {
 Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config) {
   if (config.engines.empty() || !config.engines.front().engine)
     return make_error("dynrt::Runtime needs at least one engine");
-  auto compiled = compile_templates(config.template_paths, config.template_texts);
+  auto compiled = compile_templates(config);
   if (!compiled) return compiled.error();
   auto init = std::make_shared<RootInit>();
   init->graphs = std::move(compiled->graphs);
@@ -631,7 +645,7 @@ std::vector<std::string> Runtime::workflows() const {
 Expected<std::vector<std::string>> Runtime::reload() {
   std::lock_guard one(impl_->reload_mutex);
   // Linting reads files: it runs here, on the caller's thread, never on an actor's.
-  auto compiled = compile_templates(impl_->config.template_paths, impl_->config.template_texts);
+  auto compiled = compile_templates(impl_->config);
   if (!compiled) return compiled.error();
   std::shared_lock life(impl_->life);
   if (impl_->stopped) return make_error("dynrt::Runtime: stopped; nothing reloaded");

@@ -115,6 +115,9 @@ struct RuntimeConfig {
   std::shared_ptr<engines::ToolEngine> tools;                       // tool stages and tool() calls
   std::vector<std::string> template_paths;                          // files or folders, linted
   std::vector<std::pair<std::string, std::string>> template_texts;  // (name, YAML) in memory
+  // Stages whose results serve every tenant, as if their template said `share: global`
+  // ("workflow.stage"; for templates one does not own). A name no template defines is an error.
+  std::vector<std::string> shared_stages;
   bool reuse = true;                                // C1: serve confirmed results across requests
   bool fills = true;                                // C2: run fills while branches resolve
   int threads = 2;                                  // CAF scheduler threads

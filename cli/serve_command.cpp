@@ -70,8 +70,9 @@ struct ServeOptions {
   int workflow_idle_ms = 60'000;
   std::size_t max_live_runs = 10'000;
   int shutdown_grace_ms = 10'000;
-  std::string keys_file;        // --keys
-  bool auth_in_config = false;  // the --config file has an `auth` section
+  std::vector<std::string> shared_stages;  // --share-stage
+  std::string keys_file;                   // --keys
+  bool auth_in_config = false;             // the --config file has an `auth` section
   bool insecure_no_auth = false;
 };
 
@@ -150,6 +151,9 @@ bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) 
         o.shutdown_grace_ms = l["shutdown_grace_ms"].as<int>();
     }
     if (root["auth"] && !given("--keys")) o.auth_in_config = true;
+    if (const auto s = root["shared_stages"]; s && !given("--share-stage"))
+      for (const auto& n : s)
+        o.shared_stages.push_back(n.as<std::string>());
     if (root["threads"] && !given("--threads")) o.threads = root["threads"].as<int>();
     if (root["io_threads"] && !given("--io-threads")) o.io_threads = root["io_threads"].as<int>();
   } catch (const YAML::Exception& e) {
@@ -261,6 +265,7 @@ int serve(ServeOptions o, const CLI::App& cmd) {
   config.threads = o.threads;
   config.workflow_idle = std::chrono::milliseconds(o.workflow_idle_ms);
   config.max_live_runs = o.max_live_runs;
+  config.shared_stages = o.shared_stages;
   std::vector<std::string> models;
   for (std::size_t i = 0; i < o.engines.size(); ++i) {
     const auto& e = o.engines[i];
@@ -448,6 +453,9 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
                   "every route but /healthz then needs a key, and results are kept apart by "
                   "tenant. SIGHUP reloads it")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--share-stage", o->shared_stages,
+                  "WORKFLOW.STAGE whose results serve every tenant, as `share: global` in its "
+                  "template (public, tenant-independent data only); repeat for several");
   cmd->add_flag("--insecure-no-auth", o->insecure_no_auth,
                 "Listen on a non-loopback address without keys (only behind something that "
                 "authenticates every request)");

@@ -57,10 +57,11 @@ struct TenantRig {
   std::unique_ptr<Runtime> rt;
   json answer_body, public_body;
 
-  TenantRig() {
+  explicit TenantRig(std::vector<std::string> shared_stages = {}) {
     RuntimeConfig cfg;
     cfg.engines.push_back({"sim", sim, {}});
     cfg.template_texts = {{"tn.yaml", kYaml}};
+    cfg.shared_stages = std::move(shared_stages);
     auto r = Runtime::create(cfg);
     EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
     rt = std::move(*r);
@@ -104,6 +105,21 @@ TEST(Tenancy, SharedStagesServeEveryTenant) {
   EXPECT_EQ(rig.call(caller("acme", "acme-1"), "r1", "public").served, Served::engine);
   EXPECT_EQ(rig.call(caller("beta", "beta-1"), "r2", "public").served, Served::cache);
   EXPECT_EQ(rig.call(Caller{}, "r3", "public").served, Served::cache);
+}
+
+// The configuration may share a stage its template keeps per tenant; a name that is no stage
+// refuses the runtime.
+TEST(Tenancy, TheConfigurationMayShareAStage) {
+  TenantRig rig({"tn.answer"});
+  EXPECT_EQ(rig.call(caller("acme", "acme-1"), "r1").served, Served::engine);
+  EXPECT_EQ(rig.call(caller("beta", "beta-1"), "r2").served, Served::cache);
+  RuntimeConfig cfg;
+  cfg.engines.push_back({"sim", rig.sim, {}});
+  cfg.template_texts = {{"tn.yaml", kYaml}};
+  cfg.shared_stages = {"tn.nope"};
+  const auto bad = Runtime::create(cfg);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("tn.nope"), std::string::npos) << bad.error().message;
 }
 
 TEST(Tenancy, WorkflowIdsAreScopedByTenant) {
