@@ -8,6 +8,7 @@
 #include "engines/sim/engine.hpp"
 #include "engines/tools/corpus.hpp"
 #include "gateway/server.hpp"
+#include "gateway/tls.hpp"
 
 #include <yaml-cpp/yaml.h>
 #include <boost/asio/ip/address.hpp>
@@ -26,10 +27,11 @@ namespace dynrt::cli {
 
 namespace {
 
-// SIGINT and SIGTERM stop the gateway, SIGHUP reloads the templates. They are blocked in
-// every thread (the mask is set before any thread starts, and threads inherit it) and taken
-// synchronously by the main thread with sigwait(), so no handler ever runs on an I/O or actor
-// thread and reloading is ordinary code, not async-signal-safe code.
+// SIGINT and SIGTERM stop the gateway, SIGHUP reloads the keys, the TLS certificate and the
+// templates. They are blocked in every thread (the mask is set before any thread starts, and
+// threads inherit it) and taken synchronously by the main thread with sigwait(), so no handler
+// ever runs on an I/O or actor thread and reloading is ordinary code, not async-signal-safe
+// code.
 sigset_t control_signals() {
   sigset_t s;
   sigemptyset(&s);
@@ -54,6 +56,8 @@ struct ServeOptions {
   std::string config;
   std::string host = "127.0.0.1";
   int port = 8080;
+  std::string tls_cert;  // with tls_key: HTTPS only
+  std::string tls_key;
   int threads = 2;
   int io_threads = 2;
   double time_scale = 1000;
@@ -107,6 +111,8 @@ bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) 
     if (const auto l = root["listen"]) {
       if (l["host"] && !given("--host")) o.host = l["host"].as<std::string>();
       if (l["port"] && !given("--port")) o.port = l["port"].as<int>();
+      if (l["tls_cert"] && !given("--tls-cert")) o.tls_cert = l["tls_cert"].as<std::string>();
+      if (l["tls_key"] && !given("--tls-key")) o.tls_key = l["tls_key"].as<std::string>();
     }
     if (const auto es = root["engines"]; es && !given("--engine")) {
       for (const auto& e : es) {
@@ -226,6 +232,18 @@ int serve(ServeOptions o, const CLI::App& cmd) {
   for (const auto& f : o.engine_flags)
     o.engines.push_back(parse_engine_flag(f));
   if (o.engines.empty()) o.engines.push_back(EngineSpec{});
+  if (o.tls_cert.empty() != o.tls_key.empty()) {
+    std::cerr << "dynrt serve: TLS needs both a certificate and its key: give --tls-cert and "
+                 "--tls-key (or listen.tls_cert and listen.tls_key), or neither for plain HTTP\n";
+    return kExitUsage;
+  }
+  // Checked before anything starts, like the keys: the gateway would refuse them later anyway.
+  if (!o.tls_cert.empty()) {
+    if (auto tls = gateway::load_tls_context(o.tls_cert, o.tls_key); !tls) {
+      std::cerr << "dynrt serve: " << tls.error().message << "\n";
+      return kExitUsage;
+    }
+  }
 
   // Keys before anything starts: a gateway reachable from other hosts without them would be an
   // open relay for the engines' keys, and would share every caller's results with every other.
@@ -370,6 +388,8 @@ int serve(ServeOptions o, const CLI::App& cmd) {
   go.header_timeout = std::chrono::milliseconds(o.header_timeout_ms);
   go.idle_timeout = std::chrono::milliseconds(o.idle_timeout_ms);
   go.max_connections = o.max_connections;
+  go.tls_cert = o.tls_cert;
+  go.tls_key = o.tls_key;
   if (o.max_connections == 0) {
     std::cerr << "dynrt serve: --max-connections must be at least 1\n";
     return kExitUsage;
@@ -387,9 +407,9 @@ int serve(ServeOptions o, const CLI::App& cmd) {
     std::cerr << "dynrt serve: " << e.what() << "\n";
     return 1;
   }
-  std::printf("dynrt listening on http://%s:%u (%s; reuse %s, fills %s; %s)\n", o.host.c_str(),
-              static_cast<unsigned>(gw->port()), o.engines.front().url.c_str(),
-              o.no_reuse ? "off" : "on", o.no_fills ? "off" : "on",
+  std::printf("dynrt listening on %s://%s:%u (%s; reuse %s, fills %s; %s)\n",
+              gw->tls() ? "https" : "http", o.host.c_str(), static_cast<unsigned>(gw->port()),
+              o.engines.front().url.c_str(), o.no_reuse ? "off" : "on", o.no_fills ? "off" : "on",
               auth->enabled() ? (std::to_string(auth->key_count()) + " API keys").c_str()
                               : "no API keys: one tenant");
   for (const auto* g : report.graphs())
@@ -407,6 +427,15 @@ int serve(ServeOptions o, const CLI::App& cmd) {
         std::fprintf(stderr, "dynrt serve: key reload refused, still using the previous keys\n%s\n",
                      keys->error().message.c_str());
       }
+    }
+    // A renewed certificate: a bad one (or one caught half-written) keeps the previous in force.
+    if (gw->tls()) {
+      if (auto cert = gw->reload_tls())
+        std::fprintf(stderr, "dynrt serve: reloaded the TLS certificate (%s)\n", cert->c_str());
+      else
+        std::fprintf(stderr,
+                     "dynrt serve: TLS reload refused, still using the previous certificate\n%s\n",
+                     cert.error().message.c_str());
     }
     // A template being edited may be caught half-written: then it does not lint clean, the
     // old graphs keep serving, and the next SIGHUP tries again.
@@ -462,6 +491,13 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--port", o->port, "Port to listen on; 0 picks a free one")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
+  cmd->add_option("--tls-cert", o->tls_cert,
+                  "PEM certificate chain (the server's first); with --tls-key, serve HTTPS only "
+                  "(TLS 1.2 or later). SIGHUP reads both again. A terminating proxy in front is "
+                  "recommended where there is one")
+      ->type_name("FILE");
+  cmd->add_option("--tls-key", o->tls_key, "PEM private key of --tls-cert (not encrypted)")
+      ->type_name("FILE");
   cmd->add_option("--threads", o->threads, "Actor scheduler threads")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();

@@ -2,12 +2,16 @@
 
 #include "gateway/auth.hpp"
 #include "gateway/request.hpp"
+#include "gateway/tls.hpp"
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <nlohmann/json.hpp>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -23,6 +27,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 namespace dynrt::gateway {
@@ -34,6 +39,35 @@ namespace http = beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using nlohmann::json;
+
+// A connection is one of two streams, and Session and Refusal are written once for both.
+using PlainStream = beast::tcp_stream;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+template <class Stream>
+constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
+
+template <class Stream>
+tcp::socket& socket_of(Stream& stream) {
+  return beast::get_lowest_layer(stream).socket();
+}
+
+// How long a connection being closed in order waits for the client's part (its TLS
+// close_notify, or reading a refusal), and how long one over the connection cap is held.
+constexpr std::chrono::seconds kLinger{1};
+// How often a call's connection with unread bytes is checked for a client that went away.
+constexpr std::chrono::milliseconds kPeerPoll{100};
+// Asked of the stream when a kept-alive connection waits for its next request.
+constexpr std::size_t kIdleReadBytes = 4096;
+
+// Has the client ended its side of the TCP connection (FIN or reset), whatever bytes of it are
+// still unread? Linux's TCP state tells even when readiness cannot (there are bytes to read).
+bool peer_gone(tcp::socket& socket) {
+  tcp_info info{};
+  socklen_t size = sizeof info;
+  if (::getsockopt(socket.native_handle(), IPPROTO_TCP, TCP_INFO, &info, &size) != 0) return false;
+  return info.tcpi_state == TCP_CLOSE_WAIT || info.tcpi_state == TCP_CLOSE ||
+         info.tcpi_state == TCP_LAST_ACK;
+}
 
 // Messages may quote what a client sent (a path, a header): bytes that are not UTF-8 are
 // replaced, so that writing the error can never fail.
@@ -63,13 +97,20 @@ struct Gateway::Impl {
   std::vector<std::thread> threads;
   std::uint16_t bound_port = 0;
 
+  std::mutex tls_mutex;
+  std::shared_ptr<net::ssl::context> tls;  // null: plain HTTP; replaced whole by a reload
+
   std::mutex active_mutex;
   std::condition_variable idle;  // active became empty
   std::set<CallId> active;       // calls in flight, cancelled when the gateway stops
 
   Impl(Runtime& r, GatewayOptions o) : runtime(r), options(std::move(o)) {}
   void accept();
-  void refuse(tcp::socket socket);
+  std::string refusal() const;
+  std::shared_ptr<net::ssl::context> tls_context() {
+    std::lock_guard lock(tls_mutex);
+    return tls;
+  }
   void track(CallId id, bool on) {
     std::lock_guard lock(active_mutex);
     if (on)
@@ -82,10 +123,16 @@ struct Gateway::Impl {
 
 namespace {
 
-class Session : public std::enable_shared_from_this<Session> {
+// One client connection, plain or TLS (Stream); `tls` keeps the context it was accepted with
+// alive across a reload.
+template <class Stream>
+class Session : public std::enable_shared_from_this<Session<Stream>> {
  public:
-  Session(tcp::socket socket, Gateway::Impl& gw)
-      : stream_(std::move(socket)), deadline_(stream_.get_executor()), gw_(gw) {
+  Session(Stream stream, Gateway::Impl& gw, std::shared_ptr<net::ssl::context> tls)
+      : stream_(std::move(stream)),
+        deadline_(stream_.get_executor()),
+        gw_(gw),
+        tls_(std::move(tls)) {
     ++gw_.sessions;
   }
   ~Session() { --gw_.sessions; }
@@ -93,31 +140,54 @@ class Session : public std::enable_shared_from_this<Session> {
   Session& operator=(const Session&) = delete;
 
   void start() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_request(); });
+    net::dispatch(stream_.get_executor(), [self = this->shared_from_this()] {
+      if constexpr (kTls<Stream>)
+        self->handshake();
+      else
+        self->read_request();
+    });
   }
 
  private:
   // -- reading and routing -------------------------------------------------------------------
 
+  // The request deadline bounds the handshake too, so a client that connects and never
+  // completes one cannot hold a connection. The stream's own expiry closes the socket: there is
+  // nobody to answer yet.
+  void handshake() {
+    beast::get_lowest_layer(stream_).expires_after(gw_.options.header_timeout);
+    stream_.async_handshake(net::ssl::stream_base::server,
+                            [self = this->shared_from_this()](beast::error_code ec) {
+                              beast::get_lowest_layer(self->stream_).expires_never();
+                              if (ec) return self->close();  // not TLS, or too slow
+                              self->read_request();
+                            });
+  }
+
   // Between requests on a kept-alive connection: wait up to idle_timeout for the next one to
-  // begin, then give it the request deadline from its first byte.
+  // begin, then give it the request deadline from its first byte. The wait is a read, not a
+  // wait for the socket to become readable: over TLS the next request may already be decrypted
+  // and held by the stream, with nothing left on the socket.
   void read() {
     if (buffer_.size() > 0) return read_request();  // pipelined: already here
     idling_ = true;
     deadline_.expires_after(gw_.options.idle_timeout);
-    deadline_.async_wait([self = shared_from_this()](beast::error_code ec) {
+    deadline_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
       if (ec || !self->idling_) return;
       self->idling_ = false;
-      self->close();
+      beast::error_code ignored;
+      socket_of(self->stream_).cancel(ignored);  // the read ends, and ends the connection
     });
-    stream_.socket().async_wait(tcp::socket::wait_read,
-                                [self = shared_from_this()](beast::error_code ec) {
-                                  if (!self->idling_) return;
-                                  self->idling_ = false;
-                                  self->deadline_.cancel();
-                                  if (ec) return self->close();
-                                  self->read_request();
-                                });
+    stream_.async_read_some(buffer_.prepare(kIdleReadBytes),
+                            [self = this->shared_from_this()](beast::error_code, std::size_t n) {
+                              self->buffer_.commit(n);
+                              const bool expired = !self->idling_;
+                              self->idling_ = false;
+                              self->deadline_.cancel();
+                              if (n > 0) return self->read_request();
+                              if (expired) return self->finish();
+                              self->close();
+                            });
   }
 
   void read_request() {
@@ -130,15 +200,16 @@ class Session : public std::enable_shared_from_this<Session> {
     reading_ = true;
     timed_out_ = false;
     deadline_.expires_after(gw_.options.header_timeout);
-    deadline_.async_wait([self = shared_from_this()](beast::error_code ec) {
+    deadline_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
       if (ec || !self->reading_) return;
       self->timed_out_ = true;
       beast::error_code ignored;
-      self->stream_.socket().cancel(ignored);
+      socket_of(self->stream_).cancel(ignored);
     });
-    http::async_read(
-        stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+                       self->on_read(ec);
+                     });
   }
 
   void on_read(beast::error_code ec) {
@@ -146,8 +217,8 @@ class Session : public std::enable_shared_from_this<Session> {
     deadline_.cancel();
     keep_alive_ = false;  // after an error, the connection's framing cannot be trusted
     if (timed_out_) {
-      // Nothing at all arrived: a keep-alive connection going idle, closed quietly.
-      if (!parser_->got_some()) return close();
+      // Nothing at all arrived: a new connection that never sent a request, closed quietly.
+      if (!parser_->got_some()) return finish();
       return error(http::status::request_timeout, "the request did not arrive within the deadline");
     }
     if (ec == http::error::body_limit)
@@ -162,8 +233,11 @@ class Session : public std::enable_shared_from_this<Session> {
       return error(http::status::bad_request,
                    "conflicting or malformed Content-Length and Transfer-Encoding headers "
                    "(the connection is closed)");
+    // Over TLS, a client that closes the connection without a close_notify reads as a
+    // truncated stream.
     if (ec == http::error::end_of_stream || ec == net::error::eof ||
-        ec == net::error::connection_reset || ec == net::error::operation_aborted)
+        ec == net::error::connection_reset || ec == net::error::operation_aborted ||
+        ec == net::ssl::error::stream_truncated)
       return close();
     if (ec) return error(http::status::bad_request, "malformed HTTP request: " + ec.message());
     // Beast reads a body only when it is chunked or has a Content-Length; any other transfer
@@ -268,7 +342,7 @@ class Session : public std::enable_shared_from_this<Session> {
     auto scope = admin_ ? tenancy::WriteScope::all() : tenancy::WriteScope::of(caller_.tenant);
     gw_.runtime.write(
         std::move(parsed.keys),
-        [self = shared_from_this(), n](std::size_t removed) {
+        [self = this->shared_from_this(), n](std::size_t removed) {
           net::post(self->stream_.get_executor(), [self, n, removed] {
             self->respond(http::status::ok, json{{"written", n}, {"invalidated", removed}}.dump(),
                           "application/json");
@@ -290,7 +364,7 @@ class Session : public std::enable_shared_from_this<Session> {
     headers_sent_ = finished_ = false;
     served_ = Served::engine;
     ++generation_;
-    auto self = shared_from_this();
+    auto self = this->shared_from_this();
     ReplyCallbacks cb;
     cb.on_start = [self](Served how) {
       net::post(self->stream_.get_executor(), [self, how] { self->started(how); });
@@ -336,22 +410,41 @@ class Session : public std::enable_shared_from_this<Session> {
             ok ? std::string() : std::move(reply.retry_after));
   }
 
-  // A client that closes its connection while its call runs has the call cancelled. A
-  // non-blocking MSG_PEEK tells a close (0 bytes) from a spurious wake-up (EAGAIN) or a
-  // pipelined request (data).
+  // A client that closes its connection while its call runs has the call cancelled. The
+  // socket becoming readable is only a hint; a non-blocking MSG_PEEK of the raw socket tells a
+  // close (0 bytes, or an error) from a spurious wake-up (EAGAIN) or bytes to read. Bytes are a
+  // pipelined request, or over TLS perhaps the client's close_notify alert before its FIN (a
+  // TLS 1.3 alert cannot be told from data without decrypting it, and the stream must not be
+  // read while a response may be written). Either way readiness says no more from then on, and
+  // the TCP state is polled instead until the call ends: a FIN behind the bytes still counts.
   void watch_disconnect() {
-    stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(),
-                                                         gen = generation_](beast::error_code ec) {
-      if (ec || gen != self->generation_ || !self->in_flight_) return;
-      char byte = 0;
-      const auto n =
-          ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n > 0) return;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-        return self->watch_disconnect();
-      self->gw_.runtime.cancel(self->call_);
-      self->close();
+    socket_of(stream_).async_wait(
+        tcp::socket::wait_read,
+        [self = this->shared_from_this(), gen = generation_](beast::error_code ec) {
+          if (ec || gen != self->generation_ || !self->in_flight_) return;
+          char byte = 0;
+          const auto n =
+              ::recv(socket_of(self->stream_).native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+          if (n > 0) return self->watch_peer(gen);
+          if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return self->watch_disconnect();
+          self->disconnected();
+        });
+  }
+
+  // The deadline timer is free while a call is in flight (no request is being read).
+  void watch_peer(std::uint64_t gen) {
+    deadline_.expires_after(kPeerPoll);
+    deadline_.async_wait([self = this->shared_from_this(), gen](beast::error_code ec) {
+      if (ec || gen != self->generation_ || !self->in_flight_ || self->closed_) return;
+      if (!peer_gone(socket_of(self->stream_))) return self->watch_peer(gen);
+      self->disconnected();
     });
+  }
+
+  void disconnected() {
+    gw_.runtime.cancel(call_);
+    close();
   }
 
   // -- writing ---------------------------------------------------------------------------------
@@ -368,7 +461,8 @@ class Session : public std::enable_shared_from_this<Session> {
     auto sr = std::make_shared<http::response_serializer<http::empty_body>>(*res);
     writing_ = true;
     http::async_write_header(
-        stream_, *sr, [self = shared_from_this(), res, sr](beast::error_code ec, std::size_t) {
+        stream_, *sr,
+        [self = this->shared_from_this(), res, sr](beast::error_code ec, std::size_t) {
           self->writing_ = false;
           if (ec) return self->fail();
           self->headers_sent_ = true;
@@ -396,15 +490,16 @@ class Session : public std::enable_shared_from_this<Session> {
     const bool last = std::exchange(finished_, false);
     if (last) data->append("0\r\n\r\n");
     writing_ = true;
-    net::async_write(stream_, net::buffer(*data),
-                     [self = shared_from_this(), data, last](beast::error_code ec, std::size_t) {
-                       self->writing_ = false;
-                       if (ec) return self->fail();
-                       if (!last) return self->pump();
-                       self->streaming_ = false;
-                       if (!self->keep_alive_) return self->close();
-                       self->read();
-                     });
+    net::async_write(
+        stream_, net::buffer(*data),
+        [self = this->shared_from_this(), data, last](beast::error_code ec, std::size_t) {
+          self->writing_ = false;
+          if (ec) return self->fail();
+          if (!last) return self->pump();
+          self->streaming_ = false;
+          if (!self->keep_alive_) return self->finish();
+          self->read();
+        });
   }
 
   void fail() {
@@ -443,24 +538,43 @@ class Session : public std::enable_shared_from_this<Session> {
     res->body() = std::move(body);
     res->prepare_payload();
     http::async_write(stream_, *res,
-                      [self = shared_from_this(), res](beast::error_code ec, std::size_t) {
-                        if (ec || !self->keep_alive_) return self->close();
+                      [self = this->shared_from_this(), res](beast::error_code ec, std::size_t) {
+                        if (ec) return self->close();
+                        if (!self->keep_alive_) return self->finish();
                         self->read();
                       });
   }
 
+  // The end of a connection that is in order (its last answer written, or it sat idle), where
+  // nothing is being read or written: over TLS, a close_notify first, so that the client can
+  // tell the end from a truncation. A client that does not answer it is closed after kLinger.
+  void finish() {
+    if constexpr (kTls<Stream>) {
+      if (closed_ || finishing_) return;
+      finishing_ = true;
+      deadline_.cancel();
+      beast::get_lowest_layer(stream_).expires_after(kLinger);
+      stream_.async_shutdown(
+          [self = this->shared_from_this()](beast::error_code) { self->close(); });
+    } else {
+      close();
+    }
+  }
+
+  // Any other end (an error, a client gone, stop): the socket is closed at once.
   void close() {
     if (closed_) return;
     closed_ = true;
     deadline_.cancel();
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream_.socket().close(ec);
+    socket_of(stream_).shutdown(tcp::socket::shutdown_both, ec);
+    socket_of(stream_).close(ec);
   }
 
-  beast::tcp_stream stream_;
+  Stream stream_;
   net::steady_timer deadline_;
   Gateway::Impl& gw_;
+  std::shared_ptr<net::ssl::context> tls_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::request<http::string_body> request_;
@@ -470,6 +584,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool writing_ = false;
   bool finished_ = false;
   bool closed_ = false;
+  bool finishing_ = false;
   bool in_flight_ = false;
   bool reading_ = false;
   bool idling_ = false;
@@ -481,6 +596,73 @@ class Session : public std::enable_shared_from_this<Session> {
   std::uint64_t generation_ = 0;
   std::deque<std::string> out_;
 };
+
+// A connection over the cap: told 503 at once, then closed. It is not a Session; it only
+// drains what the client sent (so the close does not reset the connection before the client
+// has read the answer), for at most kLinger in all. Over TLS the answer comes after the
+// handshake, within the same kLinger, rather than the connection being closed unanswered: the
+// handshake costs the server a signature, but a client that reads 503 with Retry-After backs
+// off as told, where one whose handshake fails knows only that something failed and retries
+// on its own schedule. There the client's close_notify (or its close) ends the drain.
+template <class Stream>
+struct Refusal : std::enable_shared_from_this<Refusal<Stream>> {
+  Stream stream;
+  net::steady_timer timer;
+  std::string response;
+  std::shared_ptr<net::ssl::context> tls;
+  std::array<char, 1024> sink{};
+
+  Refusal(Stream s, std::string r, std::shared_ptr<net::ssl::context> t)
+      : stream(std::move(s)),
+        timer(stream.get_executor()),
+        response(std::move(r)),
+        tls(std::move(t)) {}
+
+  void start() {
+    timer.expires_after(kLinger);
+    timer.async_wait([self = this->shared_from_this()](beast::error_code) {
+      beast::error_code ignored;
+      socket_of(self->stream).close(ignored);
+    });
+    if constexpr (kTls<Stream>)
+      stream.async_handshake(net::ssl::stream_base::server,
+                             [self = this->shared_from_this()](beast::error_code ec) {
+                               if (ec) return self->end();
+                               self->answer();
+                             });
+    else
+      answer();
+  }
+  void answer() {
+    net::async_write(stream, net::buffer(response),
+                     [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+                       if (ec) return self->end();
+                       if constexpr (kTls<Stream>) {
+                         self->stream.async_shutdown([self](beast::error_code) { self->end(); });
+                       } else {
+                         beast::error_code ignored;
+                         socket_of(self->stream).shutdown(tcp::socket::shutdown_send, ignored);
+                         self->drain();
+                       }
+                     });
+  }
+  void drain() {
+    stream.async_read_some(net::buffer(sink),
+                           [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+                             if (ec) return self->end();  // the client closed, or time is up
+                             self->drain();
+                           });
+  }
+  void end() { timer.cancel(); }  // its handler closes the socket
+};
+
+template <class Stream>
+void admit(Gateway::Impl& gw, Stream stream, std::shared_ptr<net::ssl::context> tls) {
+  if (gw.sessions.load() >= gw.options.max_connections)
+    std::make_shared<Refusal<Stream>>(std::move(stream), gw.refusal(), std::move(tls))->start();
+  else
+    std::make_shared<Session<Stream>>(std::move(stream), gw, std::move(tls))->start();
+}
 
 }  // namespace
 
@@ -494,63 +676,19 @@ void Gateway::Impl::accept() {
       });
       return;
     }
-    if (sessions.load() >= options.max_connections) {
-      refuse(std::move(socket));
+    beast::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);  // streamed events are small: no Nagle
+    if (auto context = tls_context()) {
+      TlsStream stream(std::move(socket), *context);
+      admit(*this, std::move(stream), std::move(context));
     } else {
-      beast::error_code ignored;
-      socket.set_option(tcp::no_delay(true), ignored);  // streamed events are small: no Nagle
-      std::make_shared<Session>(std::move(socket), *this)->start();
+      admit(*this, PlainStream(std::move(socket)), nullptr);
     }
     accept();
   });
 }
 
-namespace {
-
-// A connection over the cap: told 503 at once, then closed. It is not a Session; it only
-// drains what the client sent (so the close does not reset the connection before the client
-// has read the answer) for at most a second.
-struct Refusal : std::enable_shared_from_this<Refusal> {
-  tcp::socket socket;
-  net::steady_timer timer;
-  std::string response;
-  std::array<char, 1024> sink{};
-
-  Refusal(tcp::socket s, std::string r)
-      : socket(std::move(s)), timer(socket.get_executor()), response(std::move(r)) {}
-
-  void start() {
-    timer.expires_after(std::chrono::seconds(1));
-    timer.async_wait([self = shared_from_this()](beast::error_code) {
-      beast::error_code ignored;
-      self->socket.close(ignored);
-    });
-    net::async_write(socket, net::buffer(response),
-                     [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                       if (ec) {
-                         self->timer.cancel();
-                         return;
-                       }
-                       beast::error_code ignored;
-                       self->socket.shutdown(tcp::socket::shutdown_send, ignored);
-                       self->drain();
-                     });
-  }
-  void drain() {
-    socket.async_read_some(net::buffer(sink),
-                           [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                             if (ec) {  // the client closed, or the second is over
-                               self->timer.cancel();
-                               return;
-                             }
-                             self->drain();
-                           });
-  }
-};
-
-}  // namespace
-
-void Gateway::Impl::refuse(tcp::socket socket) {
+std::string Gateway::Impl::refusal() const {
   const std::string body =
       openai_error("the server is at its limit of " + std::to_string(options.max_connections) +
                        " connections; retry shortly",
@@ -563,11 +701,19 @@ void Gateway::Impl::refuse(tcp::socket socket) {
   res.prepare_payload();
   std::ostringstream out;
   out << res;
-  std::make_shared<Refusal>(std::move(socket), out.str())->start();
+  return out.str();
 }
 
 Gateway::Gateway(Runtime& runtime, GatewayOptions options)
     : impl_(std::make_unique<Impl>(runtime, std::move(options))) {
+  const GatewayOptions& o = impl_->options;
+  if (o.tls_cert.empty() != o.tls_key.empty())
+    throw std::runtime_error("TLS needs both a certificate and its private key");
+  if (!o.tls_cert.empty()) {
+    auto loaded = load_tls_context(o.tls_cert, o.tls_key);
+    if (!loaded) throw std::runtime_error(loaded.error().message);
+    impl_->tls = std::move(loaded->context);
+  }
   const std::string where = impl_->options.host + ":" + std::to_string(impl_->options.port);
   beast::error_code ec;
   const auto address = net::ip::make_address(impl_->options.host, ec);
@@ -590,6 +736,19 @@ Gateway::~Gateway() {
 
 std::uint16_t Gateway::port() const {
   return impl_->bound_port;
+}
+
+bool Gateway::tls() const {
+  return impl_->tls_context() != nullptr;
+}
+
+Expected<std::string> Gateway::reload_tls() {
+  if (!tls()) return make_error("the gateway does not serve TLS");
+  auto loaded = load_tls_context(impl_->options.tls_cert, impl_->options.tls_key);
+  if (!loaded) return loaded.error();
+  std::lock_guard lock(impl_->tls_mutex);
+  impl_->tls = std::move(loaded->context);
+  return std::move(loaded->certificate);
 }
 
 void Gateway::stop(std::chrono::milliseconds grace) {

@@ -24,12 +24,16 @@
 // 503 with Retry-After over the connection cap, and the engine's status or 502/504 for engine
 // failures.
 //
+// With a certificate and key (GatewayOptions::tls_cert, tls_key) it accepts only TLS (1.2 or
+// later) and everything above holds over TLS; the handshake must finish within header_timeout.
+//
 // Asynchronous on Boost.Asio/Beast with a small fixed pool of I/O threads, never a thread per
 // request; Runtime callbacks are posted to each connection's strand.
 #pragma once
 
 #include "actors/runtime.hpp"
 #include "gateway/auth.hpp"
+#include "runtime/expected.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -52,17 +56,27 @@ struct GatewayOptions {
   // Keys, scopes, tenants and per-key limits (gateway/auth.hpp); null or without keys: every
   // request is allowed, as one tenant. Shared so that a reload can replace its keys.
   std::shared_ptr<Authenticator> auth;
+  // PEM files of a certificate chain and its private key (gateway/tls.hpp): both, and the
+  // gateway speaks only TLS; neither, and only plain HTTP.
+  std::string tls_cert;
+  std::string tls_key;
 };
 
 class Gateway {
  public:
-  // Listens at once; throws std::runtime_error naming the address when it cannot.
+  // Listens at once; throws std::runtime_error naming the address when it cannot, or naming
+  // the file and what is wrong with it when the TLS certificate or key is unusable.
   Gateway(Runtime& runtime, GatewayOptions options);
   ~Gateway();  // stops
   Gateway(const Gateway&) = delete;
   Gateway& operator=(const Gateway&) = delete;
 
   std::uint16_t port() const;
+  bool tls() const;
+  // Reads the TLS certificate and key again (after a renewal): connections accepted from now on
+  // use them, open ones keep theirs. On an error the previous ones stay in force. Returns what
+  // load_tls_context() says of the certificate. Any thread.
+  Expected<std::string> reload_tls();
   // Stops accepting; calls in flight may finish within `grace`, then the rest are cancelled
   // and the I/O threads joined. Idempotent.
   void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(0));

@@ -19,14 +19,9 @@ import tempfile
 import threading
 import time
 
+from checks import check, stop, summary
+
 DYNRT = sys.argv[1]
-FAILURES = []
-
-
-def check(cond, what):
-    if not cond:
-        FAILURES.append(what)
-        print("FAIL:", what, flush=True)
 
 
 def request(port, method, path, body=None, headers=None):
@@ -120,18 +115,9 @@ def main():
         check(claimed(port, "routing2"), "after the reload the new workflow is claimed")
         check(not claimed(port, "routing"), "the removed workflow passes through")
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            check(proc.wait(timeout=20) == 0, "dynrt serve exits 0 on SIGTERM")
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            check(False, "dynrt serve stops within 20 s of SIGTERM")
+        stop(proc)
         shutil.rmtree(tmp, ignore_errors=True)
-    if FAILURES:
-        print("%d check(s) failed" % len(FAILURES))
-        return 1
-    print("reload_e2e: all checks passed")
-    return 0
+    return summary("reload_e2e")
 
 
 if __name__ == "__main__":

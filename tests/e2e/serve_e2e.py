@@ -21,14 +21,9 @@ import sys
 import tempfile
 import time
 
+from checks import check, stop, summary
+
 DYNRT, SIM = sys.argv[1], sys.argv[2]
-FAILURES = []
-
-
-def check(cond, what):
-    if not cond:
-        FAILURES.append(what)
-        print("FAIL:", what, flush=True)
 
 
 def start(cmd, pattern):
@@ -257,21 +252,10 @@ def main():
         check(s == 200 and json.loads(b)["data"][0]["id"] == "qwen3-32b", "/v1/models lists the model")
         check(metric(full_port, "dynrt_requests_total") > 0, "/metrics counts requests")
     finally:
-        for p in (full, floor):
-            p.send_signal(signal.SIGTERM)
-        for p in (full, floor):
-            try:
-                check(p.wait(timeout=20) == 0, "dynrt serve exits 0 on SIGTERM")
-            except subprocess.TimeoutExpired:
-                p.kill()
-                check(False, "dynrt serve stops within 20 s of SIGTERM")
+        stop(full, floor)
         sim.send_signal(signal.SIGTERM)
         sim.wait(timeout=20)
-    if FAILURES:
-        print("%d check(s) failed" % len(FAILURES))
-        return 1
-    print("serve_e2e: all checks passed")
-    return 0
+    return summary("serve_e2e")
 
 
 if __name__ == "__main__":
