@@ -23,16 +23,11 @@ import sys
 import tempfile
 import threading
 
+from checks import check, stop, summary
+
 DYNRT = sys.argv[1]
-FAILURES = []
 KEYS = {"acme-1": "sk-acme-one-7f3a", "acme-2": "sk-acme-two-91bc", "beta-1": "sk-beta-one-2d44",
         "scraper": "sk-scrape-5e61", "slow": "sk-slow-0a9f", "late": "sk-late-c3d2"}
-
-
-def check(cond, what):
-    if not cond:
-        FAILURES.append(what)
-        print("FAIL:", what, flush=True)
 
 
 def request(port, method, path, body=None, key=None, headers=None):
@@ -116,8 +111,7 @@ def main():
                          text=True)
     line = p.stdout.readline()
     check("listening on http://0.0.0.0:" in line, "--insecure-no-auth starts: %r" % line)
-    p.send_signal(signal.SIGTERM)
-    p.communicate(timeout=60)
+    stop(p)
 
     tmp = tempfile.mkdtemp(prefix="dynrt-auth-")
     keys = os.path.join(tmp, "keys.yaml")
@@ -183,21 +177,13 @@ def main():
         for name, key in KEYS.items():
             check(key not in metrics, "key %s is not in /metrics" % name)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
     with out.cond, err.cond:
         text = out.text + err.text
     for name, key in KEYS.items():
         check(key not in text, "key %s never appears in the server's output" % name)
         check(sha(key) not in text, "the digest of key %s never appears either" % name)
-    if FAILURES:
-        print("%d check(s) failed" % len(FAILURES))
-        return 1
-    print("auth e2e: all checks passed")
-    return 0
+    return summary("auth e2e")
 
 
 if __name__ == "__main__":
