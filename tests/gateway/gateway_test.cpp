@@ -133,7 +133,29 @@ std::string post(std::string_view path, std::string_view body, std::string_view 
 const std::string kChat =
     R"({"model":"sim","max_tokens":4,"messages":[{"role":"user","content":"hi"}]})";
 
-class GatewayTest : public ::testing::Test {
+// A Runtime and a Gateway over it, stopped in serve's order; exchange() sends one request on
+// its own connection and returns the whole answer.
+class GatewayFixture : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    gateway_.reset();
+    if (runtime_) runtime_->shutdown();
+  }
+  std::uint16_t port() const { return gateway_->port(); }
+  std::string exchange(std::string_view raw) {
+    Conn c(port());
+    EXPECT_TRUE(c.connected());
+    c.send(raw);
+    std::string r = c.read_all();
+    EXPECT_FALSE(c.timed_out) << "no answer to " << raw.substr(0, 200);
+    return r;
+  }
+
+  std::unique_ptr<Runtime> runtime_;
+  std::unique_ptr<Gateway> gateway_;
+};
+
+class GatewayTest : public GatewayFixture {
  protected:
   void start(GatewayOptions o = {}) {
     engines::sim::SimEngineOptions so;
@@ -149,20 +171,6 @@ class GatewayTest : public ::testing::Test {
     runtime_ = std::move(*rt);
     gateway_ = std::make_unique<Gateway>(*runtime_, std::move(o));
   }
-  void TearDown() override {
-    gateway_.reset();
-    if (runtime_) runtime_->shutdown();
-  }
-  std::uint16_t port() const { return gateway_->port(); }
-  // One request on its own connection; the whole answer.
-  std::string exchange(std::string_view raw) {
-    Conn c(port());
-    EXPECT_TRUE(c.connected());
-    c.send(raw);
-    std::string r = c.read_all();
-    EXPECT_FALSE(c.timed_out) << "no answer to " << raw.substr(0, 200);
-    return r;
-  }
   // Nothing reached the runtime.
   void expect_untouched() {
     const RuntimeStats s = runtime_->stats();
@@ -170,9 +178,6 @@ class GatewayTest : public ::testing::Test {
     EXPECT_EQ(s.passthrough, 0u);
     EXPECT_EQ(s.served_engine, 0u);
   }
-
-  std::unique_ptr<Runtime> runtime_;
-  std::unique_ptr<Gateway> gateway_;
 };
 
 // The error shape every refusal has; returns the error object.
@@ -497,7 +502,7 @@ stages:
 const std::string kAuthChat =
     R"({"model":"sim","temperature":0,"max_tokens":8,"messages":[{"role":"user","content":"hi"}]})";
 
-class AuthGateway : public ::testing::Test {
+class AuthGateway : public GatewayFixture {
  protected:
   void SetUp() override {
     const std::string keys =
@@ -534,18 +539,6 @@ class AuthGateway : public ::testing::Test {
     o.auth = std::make_shared<Authenticator>(std::move(*ring));
     gateway_ = std::make_unique<Gateway>(*runtime_, std::move(o));
   }
-  void TearDown() override {
-    gateway_.reset();
-    if (runtime_) runtime_->shutdown();
-  }
-  std::string exchange(std::string_view raw) {
-    Conn c(gateway_->port());
-    EXPECT_TRUE(c.connected());
-    c.send(raw);
-    std::string r = c.read_all();
-    EXPECT_FALSE(c.timed_out);
-    return r;
-  }
   static std::string bearer(std::string_view key) {
     return "Authorization: Bearer " + std::string(key) + "\r\n";
   }
@@ -559,9 +552,6 @@ class AuthGateway : public ::testing::Test {
     return exchange("GET " + std::string(path) + " HTTP/1.1\r\nHost: x\r\n" + std::string(extra) +
                     "Connection: close\r\n\r\n");
   }
-
-  std::unique_ptr<Runtime> runtime_;
-  std::unique_ptr<Gateway> gateway_;
 };
 
 std::string served_of(const std::string& response) {
@@ -674,7 +664,7 @@ std::vector<std::string> sse_events(const std::string& response) {
   return out;
 }
 
-class GatewayFaults : public ::testing::Test {
+class GatewayFaults : public GatewayFixture {
  protected:
   void start(Mode mode, const std::function<void(engines::OpenAiOptions&)>& tune = {},
              std::shared_ptr<engines::ToolEngine> tools = nullptr) {
@@ -693,18 +683,6 @@ class GatewayFaults : public ::testing::Test {
     runtime_ = std::move(*rt);
     gateway_ = std::make_unique<Gateway>(*runtime_, GatewayOptions{});
   }
-  void TearDown() override {
-    gateway_.reset();
-    if (runtime_) runtime_->shutdown();
-  }
-  std::string exchange(std::string_view raw) {
-    Conn c(gateway_->port());
-    EXPECT_TRUE(c.connected());
-    c.send(raw);
-    std::string r = c.read_all();
-    EXPECT_FALSE(c.timed_out) << "no answer to " << raw.substr(0, 200);
-    return r;
-  }
   std::string metric(const std::string& name) {
     const std::string text =
         body_of(exchange("GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
@@ -714,8 +692,6 @@ class GatewayFaults : public ::testing::Test {
   }
 
   std::unique_ptr<FaultyServer> server_;
-  std::unique_ptr<Runtime> runtime_;
-  std::unique_ptr<Gateway> gateway_;
 };
 
 TEST_F(GatewayFaults, AnErrorEventMidStreamReachesTheClientAsSentThenDone) {
