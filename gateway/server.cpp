@@ -100,6 +100,9 @@ struct Gateway::Impl {
   std::mutex tls_mutex;
   std::shared_ptr<net::ssl::context> tls;  // null: plain HTTP; replaced whole by a reload
 
+  // Requests refused by the keys: unauthenticated (401), forbidden (403), rate-limited (429).
+  std::atomic<std::uint64_t> refused_401{0}, refused_403{0}, refused_429{0};
+
   std::mutex active_mutex;
   std::condition_variable idle;  // active became empty
   std::set<CallId> active;       // calls in flight, cancelled when the gateway stops
@@ -265,7 +268,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
                                                 : kScopeInfer))
       return;
     if (path == "/metrics")
-      return get ? respond(http::status::ok, prometheus_text(gw_.runtime.stats()),
+      return get ? respond(http::status::ok, prometheus_text(gw_.runtime.stats()) + auth_metrics(),
                            "text/plain; version=0.0.4")
                  : not_allowed();
     if (path == "/v1/models") return get ? models() : not_allowed();
@@ -289,6 +292,17 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     return t;
   }
 
+  // The gateway's own counters: requests its keys refused, by why (never by key).
+  std::string auth_metrics() const {
+    std::ostringstream out;
+    out << "# HELP dynrt_auth_refused_total Requests refused by the API keys, by reason.\n"
+        << "# TYPE dynrt_auth_refused_total counter\n"
+        << "dynrt_auth_refused_total{reason=\"unauthenticated\"} " << gw_.refused_401 << '\n'
+        << "dynrt_auth_refused_total{reason=\"forbidden\"} " << gw_.refused_403 << '\n'
+        << "dynrt_auth_refused_total{reason=\"rate_limited\"} " << gw_.refused_429 << '\n';
+    return out.str();
+  }
+
   // Who sends this request, and may they (gateway/auth.hpp)? Answers the refusal itself.
   bool authorize(Scope needed) {
     caller_ = Caller{};
@@ -303,14 +317,17 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       case AuthResult::Outcome::ok:
         break;
       case AuthResult::Outcome::unauthenticated:
+        ++gw_.refused_401;
         respond(http::status::unauthorized, openai_error(who.message, "authentication_error", 401),
                 "application/json", false, {}, true);
         return false;
       case AuthResult::Outcome::forbidden:
+        ++gw_.refused_403;
         respond(http::status::forbidden, openai_error(who.message, "permission_error", 403),
                 "application/json");
         return false;
       case AuthResult::Outcome::rate_limited:
+        ++gw_.refused_429;
         respond(http::status::too_many_requests,
                 openai_error(who.message, "rate_limit_exceeded", 429), "application/json", false,
                 std::move(who.retry_after));

@@ -624,6 +624,11 @@ TEST_F(AuthGateway, AKeyOverItsRateIs429WithRetryAfter) {
   ASSERT_FALSE(retry.empty());
   EXPECT_GE(std::stoi(retry), 1);
   EXPECT_EQ(status_of(get("/v1/models", bearer("sk-acme-1"))), 200) << "limits are per key";
+  const std::string metrics = body_of(get("/metrics", bearer("sk-scrape")));
+  EXPECT_NE(metrics.find("dynrt_auth_refused_total{reason=\"rate_limited\"} 1\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_EQ(metrics.find("sk-"), std::string::npos) << "a key in /metrics";
 }
 
 // -- engine faults as a client sees them -------------------------------------------------------
