@@ -82,8 +82,16 @@ void finish(Self self, FillStatus status) {
 void next_stage(Self self);
 
 // A stage's result is in hand (from the engine or a library hit): bind its outputs and go on.
-void advance(Self self, const dsl::Stage& stage, const std::string& bytes, csl::EntryRef ref) {
+// The stage ended with `bytes` (`stored`: its shadow is in the library): its outputs feed the
+// next stage, which is announced to the workflow *before* this one's end. A demand waiting for
+// this stage is answered only after that end arrives, so the workflow knows of the next
+// stage's fill before its caller can send the next stage's demand, which then waits for the
+// fill instead of racing it to the engine.
+void advance(Self self, const dsl::Stage& stage, const std::string& bytes, csl::EntryRef ref,
+             bool stored) {
   auto& st = self->state;
+  const auto ended = st.announced;
+  st.announced.reset();
   const auto doc = nlohmann::json::parse(bytes, nullptr, false);
   if (!doc.is_discarded())
     if (auto outs = dsl::read_outputs(stage, doc)) {
@@ -93,7 +101,9 @@ void advance(Self self, const dsl::Stage& stage, const std::string& bytes, csl::
       }
     }
   ++st.step;
+  const auto init = st.init;  // next_stage() may finish, and the actor with it
   next_stage(self);
+  if (ended) self->send(init->workflow, fend_atom::value, *ended, init->id, stored);
 }
 
 void run_on_engine(Self self, const dsl::Stage& stage, dsl::RenderedRequest req,
@@ -162,9 +172,9 @@ void run_on_engine(Self self, const dsl::Stage& stage, dsl::RenderedRequest req,
                           if (stored) self->send(svc.csl, drop_atom::value, EntryRefs{res.ref});
                           return finish(self, FillStatus::cancelled);
                         }
-                        end_announced(self, stored);
                         if (stored || res.status == csl::InsertStatus::duplicate)
-                          return advance(self, stage, in->bytes, res.ref);
+                          return advance(self, stage, in->bytes, res.ref, stored);
+                        end_announced(self, false);
                         finish(self, FillStatus::failed);  // stale, no room
                       },
                       [=](error&) { finish(self, FillStatus::failed); });
@@ -199,8 +209,7 @@ void next_stage(Self self) {
             if (!hit.found) return run_on_engine(self, stage, std::move(*req), name);
             // Already in the library: nothing to run for this stage.
             if (st.step == 0) ++svc.counters->fills_suppressed;
-            end_announced(self, true);
-            advance(self, stage, *hit.bytes, hit.ref);
+            advance(self, stage, *hit.bytes, hit.ref, true);
           },
           [=](error&) { finish(self, FillStatus::failed); });
 }
