@@ -28,7 +28,8 @@ void warm(Controller& ctl, const dynrt::Hash128& k) {
     if (!ctl.open_branch(b, k).open) continue;
     const FillDecision d = ctl.admit(b, cands, 8);
     ctl.resolve(b, b % 3 == 0 ? std::optional<std::size_t>(0) : std::optional<std::size_t>(1));
-    for (const FillChoice& f : d.admitted) ctl.release(f.reservation);
+    for (const FillChoice& f : d.admitted)
+      ctl.release(f.reservation);
     ctl.settle(b);
   }
 }
@@ -55,7 +56,8 @@ void BM_Action1_K8(benchmark::State& state) {
     // Resolving moves every rank's quantile level, so the next decision recomputes all eight
     // selection quantiles: the expensive case.
     ctl.resolve(b, b % 3 == 0 ? std::optional<std::size_t>(0) : std::optional<std::size_t>(1));
-    for (const FillChoice& f : d.admitted) ctl.release(f.reservation);
+    for (const FillChoice& f : d.admitted)
+      ctl.release(f.reservation);
     ctl.settle(b);
     state.ResumeTiming();
   }
@@ -72,7 +74,8 @@ void BM_Action1_K8_Pure(benchmark::State& state) {
                                 cand.footprint});
   }
   const LoadView v{0.2, 0.2, 0.3};
-  for (auto _ : state) benchmark::DoNotOptimize(admit_fills(c, v, curves, Budget{8, 0.2}));
+  for (auto _ : state)
+    benchmark::DoNotOptimize(admit_fills(c, v, curves, Budget{8, 0.2}));
 }
 BENCHMARK(BM_Action1_K8_Pure);
 
@@ -100,7 +103,8 @@ void BM_Action0_Ucb(benchmark::State& state) {
     m.observe(make_context(ContextInputs{0.01 * i, 0.005 * i, 0.5, 0.1, 0.2}), 100.0 - i);
   }
   const Context x = make_context(ContextInputs{0.3, 0.2, 0.6, 0.1, 0.2});
-  for (auto _ : state) benchmark::DoNotOptimize(m.ucb(x));
+  for (auto _ : state)
+    benchmark::DoNotOptimize(m.ucb(x));
 }
 BENCHMARK(BM_Action0_Ucb);
 
@@ -123,7 +127,8 @@ void BM_EnvelopeRead(benchmark::State& state) {
     t += std::chrono::milliseconds(50);
     env.observe(t, LoadView{0.1, 0.1, 0.001 * i});
   }
-  for (auto _ : state) benchmark::DoNotOptimize(env.view(t + std::chrono::milliseconds(20)));
+  for (auto _ : state)
+    benchmark::DoNotOptimize(env.view(t + std::chrono::milliseconds(20)));
 }
 BENCHMARK(BM_EnvelopeRead);
 

@@ -33,12 +33,12 @@ struct Footprint {
 };
 
 struct PriceParams {
-  double decode_slots = 64;       // concurrent decode slots of the engine
-  double fill_slots = 16;         // the fill budget: fills in flight at o_fill = 1
-  double kv_budget = 0.25;        // the fill KV budget, as a share of the pool, at o_KV = 1
+  double decode_slots = 64;        // concurrent decode slots of the engine
+  double fill_slots = 16;          // the fill budget: fills in flight at o_fill = 1
+  double kv_budget = 0.25;         // the fill KV budget, as a share of the pool, at o_KV = 1
   InterferenceModel interference;  // Fig. 5b
-  double kv_floor = 0.03;         // smallest KV share Fig. 5b measured
-  double max_utilization = 0.95;  // caps the congestion factor at 20
+  double kv_floor = 0.03;          // smallest KV share Fig. 5b measured
+  double max_utilization = 0.95;   // caps the congestion factor at 20
 };
 
 struct Prices {
