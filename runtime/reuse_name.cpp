@@ -14,7 +14,7 @@ namespace dynrt {
 namespace {
 
 constexpr std::array<std::string_view, 4> kNeutral = {"request_id", "stream", "stream_options",
-                                                       "user"};
+                                                      "user"};
 
 const auto kSkipNeutral = [](const std::string& key) { return is_output_neutral(key); };
 
@@ -69,7 +69,9 @@ void write_encoding(Sink& out, const Hash128& fingerprint, std::string_view endp
 
 }  // namespace
 
-std::span<const std::string_view> output_neutral_fields() { return kNeutral; }
+std::span<const std::string_view> output_neutral_fields() {
+  return kNeutral;
+}
 
 bool is_output_neutral(std::string_view field) {
   return std::find(kNeutral.begin(), kNeutral.end(), field) != kNeutral.end();

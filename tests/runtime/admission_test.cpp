@@ -24,7 +24,9 @@ TimePoint at(double s) {
   return TimePoint{} + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
 }
 
-LoadView rho(double r) { return LoadView{0, 0, r}; }
+LoadView rho(double r) {
+  return LoadView{0, 0, r};
+}
 
 // -- Eq. 3: the causal envelope -------------------------------------------------------------
 
@@ -131,8 +133,7 @@ TEST(Prices, SteepenNearCapacity) {
   const double high = curves.at(LoadView{0, 0, 0.9}).slot / 0.9;
   EXPECT_GT(high, 5 * low);  // per canonical request, the price grows with congestion
   EXPECT_NEAR(curves.at(LoadView{0, 0.99, 0.5}).kv / curves.at(LoadView{0, 0.5, 0.5}).kv,
-              (1 - 0.5) / (1 - 0.95) * std::pow(0.99 * 0.25 / (0.5 * 0.25), 0.52),
-              1e-9);
+              (1 - 0.5) / (1 - 0.95) * std::pow(0.99 * 0.25 / (0.5 * 0.25), 0.52), 1e-9);
 }
 
 TEST(Prices, ProjectionAddsOneFillAndItsKv) {
@@ -175,8 +176,8 @@ TEST(FillGate, ThresholdIsEquation7AndRejects0Over0) {
   const PriceCurves curves;
   const PricedCandidate nothing{0.9, 0, Footprint{1000, 0.01}};
   EXPECT_EQ(utility(nothing, LoadView{0, 0, 0}, curves), 0);  // and U = 0 is refused:
-  EXPECT_TRUE(sequential_repricing(std::vector{nothing}, LoadView{0, 0, 0}, curves, Budget{4, 1})
-                  .empty());
+  EXPECT_TRUE(
+      sequential_repricing(std::vector{nothing}, LoadView{0, 0, 0}, curves, Budget{4, 1}).empty());
 }
 
 RC_GTEST_PROP(FillGate, PositiveUtilityExactlyAboveTheThreshold, ()) {
@@ -206,7 +207,8 @@ TEST(SequentialRepricing, AdmitsByUtilityAndStopsAtTheFirstNonPositiveMaximum) {
   ASSERT_GE(steps.size(), 1u);
   EXPECT_EQ(steps[0].index, 1u);
   EXPECT_NEAR(steps[0].utility, utility(c[1], v, curves), 1e-9);
-  for (const Step& s : steps) EXPECT_NE(s.index, 2u);
+  for (const Step& s : steps)
+    EXPECT_NE(s.index, 2u);
 }
 
 TEST(SequentialRepricing, HardFeasibilityBinds) {
@@ -225,8 +227,8 @@ TEST(SequentialRepricing, HardFeasibilityBinds) {
 
 TEST(SequentialRepricing, AFailedReservationRefusesOnlyThatCandidate) {
   const PriceCurves curves;
-  const std::vector<PricedCandidate> c = {
-      {0.9, 3000, Footprint{500, 0.01}}, {0.8, 3000, Footprint{500, 0.01}}};
+  const std::vector<PricedCandidate> c = {{0.9, 3000, Footprint{500, 0.01}},
+                                          {0.8, 3000, Footprint{500, 0.01}}};
   Hooks hooks;
   hooks.reserve = [](std::size_t i) { return i != 0; };
   const auto steps = sequential_repricing(c, LoadView{}, curves, Budget{8, 1}, hooks);
@@ -237,8 +239,8 @@ TEST(SequentialRepricing, AFailedReservationRefusesOnlyThatCandidate) {
 TEST(SequentialRepricing, AnAuditAdmitsOneRefusedCandidateThenStops) {
   const PriceCurves curves;
   const LoadView v{0.5, 0.5, 0.9};
-  const std::vector<PricedCandidate> c = {
-      {0.05, 1000, Footprint{3000, 0.01}}, {0.04, 1000, Footprint{3000, 0.01}}};
+  const std::vector<PricedCandidate> c = {{0.05, 1000, Footprint{3000, 0.01}},
+                                          {0.04, 1000, Footprint{3000, 0.01}}};
   ASSERT_TRUE(sequential_repricing(c, v, curves, Budget{8, 1}).empty());
   int asked = 0;
   Hooks hooks;
@@ -279,7 +281,8 @@ RC_GTEST_PROP(SequentialRepricing, NoRemainingUtilityRisesAfterAnAdmission, ()) 
   const Snapshot s = random_snapshot(8);
   LoadView v = s.view;
   std::vector<double> before;
-  for (const auto& c : s.candidates) before.push_back(utility(c, v, curves));
+  for (const auto& c : s.candidates)
+    before.push_back(utility(c, v, curves));
   for (const Step& step : sequential_repricing(s.candidates, s.view, curves, s.budget)) {
     RC_ASSERT(step.utility > 0);  // every admission is value-positive at reservation
     v = curves.project(v, s.candidates[step.index].footprint);
@@ -344,13 +347,15 @@ RC_GTEST_PROP(AdmitFills, NeverWorseThanAlgorithm1AndWithinBudget, ()) {
   const auto gate = admit_fills(s.candidates, s.view, curves, s.budget);
   const auto j = [&](const std::vector<Step>& steps) {
     std::vector<std::size_t> order;
-    for (const Step& st : steps) order.push_back(st.index);
+    for (const Step& st : steps)
+      order.push_back(st.index);
     return sequence_utility(s.candidates, order, s.view, curves);
   };
   RC_ASSERT(j(gate) >= j(alg1) - 1e-9);
   RC_ASSERT(static_cast<int>(gate.size()) <= s.budget.fills);
   double kv = 0;
-  for (const Step& st : gate) kv += s.candidates[st.index].footprint.kv_share;
+  for (const Step& st : gate)
+    kv += s.candidates[st.index].footprint.kv_share;
   RC_ASSERT(kv <= s.budget.kv_share + 1e-12);
   const OracleResult o = exact_oracle(s.candidates, s.view, curves, s.budget);
   RC_ASSERT(j(gate) <= o.best + 1e-6 * std::max(1.0, o.best));
