@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -274,6 +275,21 @@ int serve(ServeOptions o, const CLI::App& cmd) {
     std::cerr << dsl::format_text(report)
               << "dynrt serve: the templates have errors; fix them (dynrt lint) and start again\n";
     return kExitFindings;
+  }
+
+  // A shared stage must name a stage of the templates: a typo would silently share nothing.
+  const auto graphs = report.graphs();
+  for (const auto& name : o.shared_stages) {
+    const auto dot = name.find('.');
+    const bool known =
+        dot != std::string::npos && std::any_of(graphs.begin(), graphs.end(), [&](const auto* g) {
+          return g->workflow == name.substr(0, dot) && g->stage(name.substr(dot + 1)) != nullptr;
+        });
+    if (!known) {
+      std::cerr << "dynrt serve: --share-stage " << name
+                << " names no stage of the templates (expected WORKFLOW.STAGE)\n";
+      return kExitUsage;
+    }
   }
 
   RuntimeConfig config;

@@ -2,7 +2,7 @@
 """End to end: API keys, scopes and tenants in the real `dynrt serve`.
 
 - Without keys it refuses to listen on 0.0.0.0 (exit 2, a message naming --keys); with
-  --insecure-no-auth it starts.
+  --insecure-no-auth it starts. A --share-stage that names no stage refuses the start.
 - With --keys: /healthz is open; no key or an unknown key is 401 (authentication_error), a key
   without the route's scope 403 (permission_error), a key over its rate 429 with Retry-After.
 - Tenants: a tagged call repeated by a second key of the same tenant is served from the
@@ -106,6 +106,10 @@ def main():
                        capture_output=True, text=True, timeout=60)
     check(r.returncode == 2, "0.0.0.0 without keys exits 2 (got %d)" % r.returncode)
     check("--keys" in r.stderr and "0.0.0.0" in r.stderr, "the refusal says why: %r" % r.stderr)
+    r = subprocess.run([DYNRT, "serve", "templates", "--port", "0", "--share-stage",
+                        "routing.nope"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "routing.nope" in r.stderr,
+          "a shared stage that is no stage refuses the start: %d %r" % (r.returncode, r.stderr))
     p = subprocess.Popen([DYNRT, "serve", "templates", "--host", "0.0.0.0", "--port", "0",
                           "--insecure-no-auth"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
