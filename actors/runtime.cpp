@@ -629,7 +629,6 @@ RuntimeStats Runtime::stats() const {
   s.csl_shadows = csl.shadows;
   s.csl_bytes = csl.bytes;
   s.admission = pricing.stats;
-  s.fills_share_refused = pricing.stats.share_refused;
   s.envelope = pricing.envelope;
   s.fills_in_flight = pricing.fills_in_flight;
   s.kv_reserved = pricing.kv_reserved;

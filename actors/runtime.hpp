@@ -159,7 +159,6 @@ struct RuntimeStats {
   std::uint64_t fills_failed = 0;
   std::uint64_t fills_cancelled = 0;
   std::uint64_t fills_consumed = 0;
-  std::uint64_t fills_share_refused = 0;  // fills refused: their tenant held its fill share
   std::uint64_t shadows_stored = 0;
   std::uint64_t shadows_discarded = 0;
   double engine_ms_saved = 0;   // engine time of results served without execution

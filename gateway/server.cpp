@@ -865,7 +865,7 @@ std::string prometheus_text(const RuntimeStats& s) {
          static_cast<double>(s.runs_refused));
   metric("dynrt_fills_share_refused_total", "counter",
          "Fill reservations refused: their tenant held its share of the fill budget.",
-         static_cast<double>(s.fills_share_refused));
+         static_cast<double>(s.admission.share_refused));
   metric("dynrt_fills_running", "gauge", "Fill actors alive.",
          static_cast<double>(s.fills_running));
   metric("dynrt_fill_kv_reserved", "gauge", "KV share (of the KV budget) reserved by fills.",

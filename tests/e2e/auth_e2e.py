@@ -23,7 +23,7 @@ import sys
 import tempfile
 import threading
 
-from checks import check, stop, summary
+from checks import check, launch, stop, summary
 
 DYNRT = sys.argv[1]
 KEYS = {"acme-1": "sk-acme-one-7f3a", "acme-2": "sk-acme-two-91bc", "beta-1": "sk-beta-one-2d44",
@@ -110,25 +110,15 @@ def main():
                         "routing.nope"], capture_output=True, text=True, timeout=60)
     check(r.returncode == 2 and "routing.nope" in r.stderr,
           "a shared stage that is no stage refuses the start: %d %r" % (r.returncode, r.stderr))
-    p = subprocess.Popen([DYNRT, "serve", "templates", "--host", "0.0.0.0", "--port", "0",
-                          "--insecure-no-auth"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-    line = p.stdout.readline()
-    check("listening on http://0.0.0.0:" in line, "--insecure-no-auth starts: %r" % line)
+    p, _, _ = launch([DYNRT, "serve", "templates", "--host", "0.0.0.0", "--port", "0",
+                      "--insecure-no-auth"], r"listening on http://0\.0\.0\.0:(\d+)")
     stop(p)
 
     tmp = tempfile.mkdtemp(prefix="dynrt-auth-")
     keys = os.path.join(tmp, "keys.yaml")
     key_file(keys, ["acme-1", "acme-2", "beta-1", "scraper", "slow"])
-    proc = subprocess.Popen([DYNRT, "serve", "templates", "--port", "0", "--time-scale", "0",
-                             "--keys", keys], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    line = proc.stdout.readline()
-    try:
-        port = int(line.split("127.0.0.1:")[1].split()[0])
-    except (IndexError, ValueError):
-        proc.kill()
-        raise SystemExit("dynrt serve did not start: %r %s" % (line, proc.stderr.read()))
+    proc, port, line = launch([DYNRT, "serve", "templates", "--port", "0", "--time-scale", "0",
+                               "--keys", keys])
     out, err = Output(proc.stdout), Output(proc.stderr)
     out.text += line
     try:

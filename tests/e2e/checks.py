@@ -1,5 +1,6 @@
 """What the end-to-end scripts share: checks that note a failure and go on, stopping
 `dynrt serve` as an operator does, and the summary that becomes the exit status."""
+import re
 import signal
 import subprocess
 
@@ -10,6 +11,18 @@ def check(cond, what):
     if not cond:
         FAILURES.append(what)
         print("FAIL:", what, flush=True)
+
+
+def launch(cmd, pattern=r"127\.0\.0\.1:(\d+)"):
+    """Starts a server that prints where it listens on its first line: (process, port, line).
+    Exits the script, with the server's stderr, if it does not start."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    m = re.search(pattern, line)
+    if not m:
+        proc.kill()
+        raise SystemExit("did not start: %s: %r %s" % (cmd, line, proc.stderr.read()))
+    return proc, int(m.group(1)), line
 
 
 def stop(*procs):

@@ -13,13 +13,12 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-from checks import check, stop, summary
+from checks import check, launch, stop, summary
 
 DYNRT = sys.argv[1]
 
@@ -91,14 +90,7 @@ def main():
     path = os.path.join(folder, "routing.yaml")
     with open(path, "w") as f:
         f.write(routing)
-    proc = subprocess.Popen([DYNRT, "serve", folder, "--port", "0", "--time-scale", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    try:
-        port = int(line.split("127.0.0.1:")[1].split()[0])
-    except (IndexError, ValueError):
-        proc.kill()
-        raise SystemExit("dynrt serve did not start: %r %s" % (line, proc.stderr.read()))
+    proc, port, _ = launch([DYNRT, "serve", folder, "--port", "0", "--time-scale", "1"])
     err = Lines(proc.stderr)
     try:
         check(claimed(port, "routing"), "the routing template claims its calls")

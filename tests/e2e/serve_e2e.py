@@ -21,20 +21,14 @@ import sys
 import tempfile
 import time
 
-from checks import check, stop, summary
+from checks import check, launch, stop, summary
 
 DYNRT, SIM = sys.argv[1], sys.argv[2]
 
 
 def start(cmd, pattern):
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    m = re.search(pattern, line)
-    if not m:
-        proc.kill()
-        raise SystemExit("did not start: %s: %r %s" % (cmd, line, proc.stderr.read()))
-    start.last_line = line
-    return proc, int(m.group(1))
+    proc, port, start.last_line = launch(cmd, pattern)
+    return proc, port
 
 
 def request(port, method, path, body=None, headers=None, raw=None):

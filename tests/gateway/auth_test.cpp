@@ -10,12 +10,8 @@
 namespace dynrt::gateway {
 namespace {
 
-std::string hex(const Digest& d) {
-  return to_hex(d);
-}
-
 TEST(Sha256, IsTheStandardDigest) {
-  EXPECT_EQ(hex(sha256("test")),
+  EXPECT_EQ(to_hex(sha256("test")),
             "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08");
 }
 
@@ -26,7 +22,7 @@ TEST(KeyFile, ReadsKeysTenantsScopesAndLimitsWithDefaults) {
       "keys:\n"
       "  - name: app\n"
       "    key_sha256: " +
-          hex(sha256("sk-app")) +
+          to_hex(sha256("sk-app")) +
           "\n"
           "    tenant: acme\n"
           "    scopes: [infer, write]\n"
@@ -52,14 +48,14 @@ TEST(KeyFile, ReadsKeysTenantsScopesAndLimitsWithDefaults) {
   EXPECT_TRUE(ops->allows(kScopeMetrics)) << "admin implies every scope";
   EXPECT_EQ(ring->find(sha256("sk-other")), nullptr);
   // A bare list is a key file too.
-  EXPECT_TRUE(
-      parse_keys("- {name: a, key_sha256: " + hex(sha256("k")) + ", tenant: t, scopes: [infer]}\n",
-                 "list.yaml")
-          .ok());
+  EXPECT_TRUE(parse_keys("- {name: a, key_sha256: " + to_hex(sha256("k")) +
+                             ", tenant: t, scopes: [infer]}\n",
+                         "list.yaml")
+                  .ok());
 }
 
 TEST(KeyFile, EveryMistakeIsRefusedWithItsPosition) {
-  const std::string h = hex(sha256("k"));
+  const std::string h = to_hex(sha256("k"));
   ::unsetenv("DYNRT_TEST_UNSET_KEY");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"keys:\n  - {key_sha256: " + h + ", tenant: t, scopes: [infer]}\n",
@@ -116,7 +112,7 @@ TEST(TokenBucket, RefillsAtItsRateUpToItsCapacity) {
 
 TEST(Authenticator, DecidesKeyThenScopeThenRate) {
   ManualClock clock;
-  auto ring = parse_keys("keys:\n  - {name: a, key_sha256: " + hex(sha256("sk-a")) +
+  auto ring = parse_keys("keys:\n  - {name: a, key_sha256: " + to_hex(sha256("sk-a")) +
                              ", tenant: acme, scopes: [infer], limits: {rps: 1, burst: 1}}\n",
                          "k.yaml");
   ASSERT_TRUE(ring.ok());
@@ -134,7 +130,7 @@ TEST(Authenticator, DecidesKeyThenScopeThenRate) {
   EXPECT_EQ(limited.outcome, AuthResult::Outcome::rate_limited);
   EXPECT_EQ(limited.retry_after, "1");
   // A reload that keeps the key keeps its bucket (still empty)...
-  auto again = parse_keys("keys:\n  - {name: a, key_sha256: " + hex(sha256("sk-a")) +
+  auto again = parse_keys("keys:\n  - {name: a, key_sha256: " + to_hex(sha256("sk-a")) +
                               ", tenant: acme, scopes: [infer], limits: {rps: 1, burst: 1}}\n",
                           "k.yaml");
   auth.replace(std::move(*again));

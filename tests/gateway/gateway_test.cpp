@@ -141,6 +141,19 @@ class GatewayFixture : public ::testing::Test {
     gateway_.reset();
     if (runtime_) runtime_->shutdown();
   }
+  // `cfg` (its templates) over the simulated engine at time scale 0, and a gateway over it.
+  void start_on_sim(RuntimeConfig cfg, GatewayOptions o) {
+    engines::sim::SimEngineOptions so;
+    so.time_scale = 0;
+    cfg.engines.push_back({"sim",
+                           std::make_shared<engines::sim::SimEngine>(engines::sim::SimParams{},
+                                                                     engines::sim::Script{}, so),
+                           {}});
+    auto rt = Runtime::create(cfg);
+    ASSERT_TRUE(rt.ok()) << rt.error().message;
+    runtime_ = std::move(*rt);
+    gateway_ = std::make_unique<Gateway>(*runtime_, std::move(o));
+  }
   std::uint16_t port() const { return gateway_->port(); }
   std::string exchange(std::string_view raw) {
     Conn c(port());
@@ -158,18 +171,9 @@ class GatewayFixture : public ::testing::Test {
 class GatewayTest : public GatewayFixture {
  protected:
   void start(GatewayOptions o = {}) {
-    engines::sim::SimEngineOptions so;
-    so.time_scale = 0;
     RuntimeConfig cfg;
-    cfg.engines.push_back({"sim",
-                           std::make_shared<engines::sim::SimEngine>(engines::sim::SimParams{},
-                                                                     engines::sim::Script{}, so),
-                           {}});
     cfg.template_paths = {"templates"};
-    auto rt = Runtime::create(cfg);
-    ASSERT_TRUE(rt.ok()) << rt.error().message;
-    runtime_ = std::move(*rt);
-    gateway_ = std::make_unique<Gateway>(*runtime_, std::move(o));
+    start_on_sim(std::move(cfg), std::move(o));
   }
   // Nothing reached the runtime.
   void expect_untouched() {
@@ -524,20 +528,11 @@ class AuthGateway : public GatewayFixture {
         hex_sha256("sk-scrape") + ", tenant: ops, scopes: [metrics]}\n";
     auto ring = parse_keys(keys, "keys.yaml");
     ASSERT_TRUE(ring.ok()) << ring.error().message;
-    engines::sim::SimEngineOptions so;
-    so.time_scale = 0;
     RuntimeConfig cfg;
-    cfg.engines.push_back({"sim",
-                           std::make_shared<engines::sim::SimEngine>(engines::sim::SimParams{},
-                                                                     engines::sim::Script{}, so),
-                           {}});
     cfg.template_texts = {{"tn.yaml", kAuthTemplate}};
-    auto rt = Runtime::create(cfg);
-    ASSERT_TRUE(rt.ok()) << rt.error().message;
-    runtime_ = std::move(*rt);
     GatewayOptions o;
     o.auth = std::make_shared<Authenticator>(std::move(*ring));
-    gateway_ = std::make_unique<Gateway>(*runtime_, std::move(o));
+    start_on_sim(std::move(cfg), std::move(o));
   }
   static std::string bearer(std::string_view key) {
     return "Authorization: Bearer " + std::string(key) + "\r\n";
