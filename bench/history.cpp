@@ -5,6 +5,7 @@
 #include "dsl/lint.hpp"
 #include "engines/sim/engine.hpp"
 #include "engines/tools/corpus.hpp"
+#include "runtime/endpoints.hpp"
 #include "runtime/reuse_name.hpp"
 
 #include <algorithm>
@@ -22,7 +23,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr std::string_view kTools = "/v1/dynrt/tools/";
+constexpr std::string_view kTools = kToolPrefix;
 
 void collect_strings(const json& j, std::vector<const std::string*>& out) {
   if (j.is_string()) {

@@ -1,5 +1,7 @@
 #include "dsl/template_graph.hpp"
 
+#include "runtime/endpoints.hpp"
+
 namespace dynrt::dsl {
 
 namespace {
@@ -56,7 +58,7 @@ std::string Stage::endpoint() const {
     case StageKind::model:
       return api == ModelApi::chat ? "/v1/chat/completions" : "/v1/completions";
     case StageKind::tool:
-      return "/v1/dynrt/tools/" + tool;
+      return std::string(kToolPrefix) + tool;
     case StageKind::user:
       break;
   }

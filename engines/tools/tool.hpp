@@ -9,6 +9,7 @@
 #pragma once
 
 #include "engines/engine.hpp"
+#include "runtime/endpoints.hpp"
 #include "runtime/expected.hpp"
 
 #include <nlohmann/json.hpp>
@@ -20,6 +21,10 @@
 #include <vector>
 
 namespace dynrt::engines {
+
+using dynrt::is_tool_endpoint;
+using dynrt::kToolPrefix;
+using dynrt::tool_name;
 
 struct ToolCall {
   std::string tool;
@@ -54,5 +59,8 @@ class ToolEngine {
   // The callback runs exactly once, with the result or a ToolError.
   virtual void call(ToolCall call, ToolCallback done) = 0;
 };
+
+// A tool's output as an engine result: its JSON as the body, finished with "stop".
+EngineResult tool_result(const ToolResult& r, Duration took);
 
 }  // namespace dynrt::engines
