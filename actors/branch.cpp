@@ -18,14 +18,14 @@ struct BranchActorState {
   std::unique_ptr<branch::BranchState> branch;
   std::map<branch::FillId, caf::actor> fills;
   std::vector<dsl::StageId> chain;
-  std::chrono::steady_clock::time_point started;
+  TimePoint started{};
   bool gated_open = false;  // Action 0 opened it: the controller tracks it
   // Action 0 was asked: the branch settles with the pricing actor when it ends, however it
   // ends (settling there also returns any reservation of it still held).
   std::shared_ptr<bool> asked_gate = std::make_shared<bool>(false);
   std::shared_ptr<Cancellation> drafts = std::make_shared<Cancellation>();  // drafter samples
-  // The deadlines it armed with the timer (the drafter's time box, the settle deadline), each a
-  // token; disarmed when it ends.
+  // The deadlines it armed with the time service (the drafter's time box, the settle deadline),
+  // each a token; disarmed when it ends, so nothing of it outlives it.
   std::shared_ptr<std::vector<std::uint64_t>> deadlines =
       std::make_shared<std::vector<std::uint64_t>>();
   bool settled = false;
@@ -69,13 +69,12 @@ void maybe_settle(Self self, bool force = false) {
   self->quit();
 }
 
-// (expire_atom, which) after `delay`, through the timer (which holds nothing of this actor).
-void arm(Self self, Duration delay, std::int32_t which) {
+// `Atom` to itself after `delay`, through the time service (which holds only its address).
+template <class Atom>
+void arm(Self self, Duration delay, Atom atom) {
   auto& st = self->state;
-  const auto token = st.init->services->counters->next_id++;
-  st.deadlines->push_back(token);
-  self->send(st.init->services->timer, arm_atom::value, token,
-             static_cast<std::int64_t>(delay.count()), which);
+  const auto& svc = *st.init->services;
+  st.deadlines->push_back(svc.post_at(svc.time->now() + delay, self, atom));
 }
 
 void spawn_fills(Self self, const AdmitReply& admitted) {
@@ -115,7 +114,7 @@ void proposed(Self self, std::vector<std::string> candidates) {
   auto& st0 = self->state;
   if (st0.proposed) return;
   st0.proposed = true;
-  const auto setup = std::chrono::steady_clock::now() - st0.started;
+  const auto setup = st0.init->services->time->now() - st0.started;
   st0.branch->propose(std::move(candidates), setup);
   if (st0.branch->candidates().empty() || st0.branch->phase() != branch::Phase::filling) {
     return maybe_settle(self);  // nothing to fill (settles once resolved)
@@ -144,8 +143,8 @@ void proposed(Self self, std::vector<std::string> candidates) {
               chain.push_back(st.init->graph->stages[s].fingerprint);
             req->chains.assign(st.branch->candidates().size(), chain);
             req->max_fills = decision_of(st).limits.max_fills;
-            if (svc.switches.fanout >= 0)
-              req->max_fills = std::min(req->max_fills, svc.switches.fanout);
+            if (svc.policy.fanout >= 0)
+              req->max_fills = std::min(req->max_fills, svc.policy.fanout);
             self->request(svc.pricing, infinite, admit_atom::value, AdmitRequestPtr(req))
                 .then(
                     [=](AdmitReply& reply) {
@@ -183,7 +182,7 @@ void draft(Self self) {
     exec->endpoint = rendered->endpoint;
     exec->body = rendered->body;
     exec->kind = engines::RequestKind::fill;
-    exec->priority = svc.switches.fill_priority;
+    exec->priority = svc.policy.fill_priority;
     exec->id = "dynrt-draft-" + std::to_string(st.branch->id()) + "-" + std::to_string(i);
     exec->tenant = st.init->caller.tenant;
     exec->reply_to = self;
@@ -192,7 +191,7 @@ void draft(Self self) {
     anon_send(executor, exec_atom::value, ExecPtr(exec));
   }
   st.samples_out = n;
-  arm(self, std::chrono::milliseconds(std::max(1, src.timeout_ms)), -1);
+  arm(self, std::chrono::milliseconds(std::max(1, src.timeout_ms)), timebox_atom::value);
 }
 
 void propose(Self self) {
@@ -235,18 +234,14 @@ behavior branch_actor(Self self, BranchInitPtr init) {
   const auto& d = init->graph->decisions[init->decision];
   st0.branch = std::make_unique<branch::BranchState>(init->id, d.coordinate,
                                                      d.promotion == dsl::Promotion::exclusive);
-  st0.chain = fill_chain(*init->graph, d);
-  const int depth = init->services->switches.fill_depth;
-  if (depth > 0 && st0.chain.size() > static_cast<std::size_t>(depth)) st0.chain.resize(depth);
-  st0.started = std::chrono::steady_clock::now();
+  st0.chain = run::fill_chain(*init->graph, d, init->services->policy.fill_depth);
+  st0.started = init->services->time->now();
   self->attach_functor([asked = st0.asked_gate, drafts = st0.drafts, deadlines = st0.deadlines,
                         pricing = caf::actor_addr(init->services->pricing.address()),
-                        timer = caf::actor_addr(init->services->timer.address()),
-                        id = init->id](const error&) {
+                        time = init->services->time, id = init->id](const error&) {
     drafts->cancel();  // samples still running are of no use now
-    if (auto t = caf::actor_cast<caf::actor>(timer))
-      for (const auto token : *deadlines)
-        anon_send(t, disarm_atom::value, token);
+    for (const auto token : *deadlines)
+      time->disarm(token);
     if (*asked)
       if (auto p = caf::actor_cast<caf::actor>(pricing)) anon_send(p, settle_atom::value, id);
   });
@@ -265,9 +260,9 @@ behavior branch_actor(Self self, BranchInitPtr init) {
       }
   });
   self->set_error_handler([](error&) {});
-  self->send(self, fstart_atom::value);
+  self->send(self, kickoff_atom::value);
   return {
-      [=](fstart_atom) { propose(self); },
+      [=](kickoff_atom) { propose(self); },
       // drafter samples
       [=](engdone_atom, std::uint64_t, const ExecResultPtr& r) {
         auto& st = self->state;
@@ -286,27 +281,26 @@ behavior branch_actor(Self self, BranchInitPtr init) {
         if (!st.branch->stored(fill, ref))
           self->send(st.init->services->csl, drop_atom::value, EntryRefs{ref});
       },
-      [=](fdone_atom, std::uint64_t fill, std::int32_t status, std::int64_t engine_ns) {
+      [=](fdone_atom, std::uint64_t fill, FillStatus status, std::int64_t engine_ns) {
         auto& st = self->state;
-        if (const auto res =
-                st.branch->finished(fill, static_cast<FillStatus>(status), Duration(engine_ns))) {
+        if (const auto res = st.branch->finished(fill, status, Duration(engine_ns))) {
           // Its whole chain came from the library: no engine work, so no price to charge.
-          if (static_cast<FillStatus>(status) == FillStatus::done && engine_ns == 0)
+          if (status == FillStatus::done && engine_ns == 0)
             self->send(st.init->services->pricing, refund_atom::value, res);
           self->send(st.init->services->pricing, release_atom::value, res);
         }
         st.fills.erase(fill);
         maybe_settle(self);
       },
-      [=](resolve_atom, std::int32_t outcome, const std::string& selection) {
+      [=](resolve_atom, Outcome outcome, const std::string& selection) {
         auto& st = self->state;
         const auto& svc = *st.init->services;
         if (!st.proposed) {
           // Resolved before the predictor answered (a fast decider): nothing to fill.
           st.proposed = true;
-          st.branch->propose({}, std::chrono::steady_clock::now() - st.started);
+          st.branch->propose({}, svc.time->now() - st.started);
         }
-        const auto res = st.branch->resolve(static_cast<Outcome>(outcome), selection);
+        const auto res = st.branch->resolve(outcome, selection);
         for (const auto id : res.cancel)
           if (auto it = st.fills.find(id); it != st.fills.end())
             self->send(it->second, fcancel_atom::value);
@@ -314,11 +308,10 @@ behavior branch_actor(Self self, BranchInitPtr init) {
         const bool readable =
             res.outcome == Outcome::selected || res.outcome == Outcome::unpredicted;
         if (readable)
-          self->send(
-              svc.pricing, learn_atom::value, st.branch->id(), st.branch->coordinate(), selection,
-              res.selected_rank ? static_cast<std::int64_t>(*res.selected_rank) : std::int64_t{-1},
-              st.gated_open);
-        arm(self, svc.switches.settle_after, 0);
+          self->send(svc.pricing, learn_atom::value,
+                     Resolution{st.branch->id(), st.branch->coordinate(), selection,
+                                res.selected_rank, st.gated_open});
+        arm(self, svc.policy.settle_after, settleby_atom::value);
         maybe_settle(self);
       },
       [=](demanded_atom, bool consumed, double saved_ms, double wait_ms) {
@@ -345,14 +338,11 @@ behavior branch_actor(Self self, BranchInitPtr init) {
         }
         maybe_settle(self, true);
       },
-      [=](expire_atom, std::int32_t which) {
-        auto& st = self->state;
-        if (which < 0) {
-          if (!st.proposed) drafted(self);  // the drafter's time box
-          return;
-        }
-        maybe_settle(self, true);
+      // The drafter's time box: rank what the samples gave so far.
+      [=](timebox_atom) {
+        if (!self->state.proposed) drafted(self);
       },
+      [=](settleby_atom) { maybe_settle(self, true); },
   };
 }
 

@@ -6,11 +6,17 @@
 // spelled so they do not collide with CAF's own.
 #pragma once
 
+#include <shared_mutex>
 #include "actors/reply.hpp"
 #include "actors/runtime.hpp"
+#include "actors/time.hpp"
 #include "dsl/render.hpp"
 #include "dsl/template_graph.hpp"
 #include "engines/engine.hpp"
+#include "engines/router.hpp"
+#include "run/results.hpp"
+#include "run/stage.hpp"
+#include "runtime/admission/controller.hpp"
 #include "runtime/branch/branch.hpp"
 #include "runtime/csl/coalescer.hpp"
 #include "runtime/csl/store.hpp"
@@ -26,50 +32,66 @@
 
 namespace dynrt::actors {
 
+// The run-level vocabulary (run/) the messages carry.
+using run::ClaimReply;
+using run::EntryRefs;
+using run::ExecResult;
+using run::ExecResultPtr;
+using run::GraphPtr;
+using run::Hashes;
+using run::InsertPtr;
+using run::Landed;
+using run::LandedPtr;
+using run::Policy;
+using run::Producers;
+using run::ReadRefs;
+using run::ServeQuery;
+using run::ServeReply;
+using run::Strings;
+
 // -- atoms ------------------------------------------------------------------------------------
-using demand_atom = caf::atom_constant<caf::atom("demand")>;      // root, workflow: a call
-using exec_atom = caf::atom_constant<caf::atom("exec")>;          // engine: run a request
-using engdone_atom = caf::atom_constant<caf::atom("engdone")>;    // engine -> requester
-using abort_atom = caf::atom_constant<caf::atom("abort")>;        // engine: cancel a handle
-using serve_atom = caf::atom_constant<caf::atom("serve")>;        // csl: probe / promote
-using snap_atom = caf::atom_constant<caf::atom("snap")>;          // csl: read versions
-using store_atom = caf::atom_constant<caf::atom("store")>;        // csl: insert
-using drop_atom = caf::atom_constant<caf::atom("drop")>;          // csl: discard shadows
-using claim_atom = caf::atom_constant<caf::atom("claim")>;        // csl: lead or join a miss
-using land_atom = caf::atom_constant<caf::atom("land")>;          // csl: a led execution ended
-using coaldone_atom = caf::atom_constant<caf::atom("coaldone")>;  // csl -> a joined waiter
-using leave_atom = caf::atom_constant<caf::atom("leave")>;        // csl: a waiter's bound passed
-using write_atom = caf::atom_constant<caf::atom("write")>;        // csl, root: records written
-using gate_atom = caf::atom_constant<caf::atom("gate")>;          // pricing: Action 0
-using rank_atom = caf::atom_constant<caf::atom("rank")>;          // pricing: frequency ranking
-using admit_atom = caf::atom_constant<caf::atom("admit")>;        // pricing: Action 1
-using setup_atom = caf::atom_constant<caf::atom("setup")>;        // pricing: predictor time
-using learn_atom = caf::atom_constant<caf::atom("learn")>;        // pricing: a resolution
-using usable_atom = caf::atom_constant<caf::atom("usable")>;      // pricing: consumed / missed
-using credit_atom = caf::atom_constant<caf::atom("credit")>;      // pricing: a chain stage served
-using refund_atom = caf::atom_constant<caf::atom("refund")>;      // pricing: a fill ran nothing
-using release_atom = caf::atom_constant<caf::atom("release")>;    // pricing: a fill ended
-using settle_atom = caf::atom_constant<caf::atom("settle")>;      // pricing, workflow
-using cost_atom = caf::atom_constant<caf::atom("cost")>;          // pricing: an execution's cost
-using canon_atom = caf::atom_constant<caf::atom("canon")>;        // pricing: canonical in flight
-using resolve_atom = caf::atom_constant<caf::atom("bresolve")>;   // branch: the selection
-using demanded_atom = caf::atom_constant<caf::atom("bdemand")>;   // branch: its demand came
-using abandon_atom = caf::atom_constant<caf::atom("babandon")>;   // branch: give up
-using expire_atom = caf::atom_constant<caf::atom("bexpire")>;     // branch: settle deadline
-using fstart_atom = caf::atom_constant<caf::atom("fstart")>;      // fill -> workflow
-using fend_atom = caf::atom_constant<caf::atom("fend")>;          // fill -> workflow
-using fstored_atom = caf::atom_constant<caf::atom("fstored")>;    // fill -> branch
-using fdone_atom = caf::atom_constant<caf::atom("fdone")>;        // fill -> branch
-using fcancel_atom = caf::atom_constant<caf::atom("fcancel")>;    // branch -> fill
-using waitend_atom = caf::atom_constant<caf::atom("waitend")>;    // workflow: a wait's bound
-using idle_atom = caf::atom_constant<caf::atom("idle")>;          // workflow <-> root: idle check
-using stop_atom = caf::atom_constant<caf::atom("stopwf")>;        // root -> workflow: retire
-using gone_atom = caf::atom_constant<caf::atom("gonewf")>;        // workflow -> root: it ended
-using tick_atom = caf::atom_constant<caf::atom("tick")>;          // root: the periodic expiry
-using arm_atom = caf::atom_constant<caf::atom("arm")>;            // timer: tell me at a time
-using disarm_atom = caf::atom_constant<caf::atom("disarm")>;      // timer: forget that
-using wake_atom = caf::atom_constant<caf::atom("wake")>;          // timer: a deadline is due
-using sweep_atom = caf::atom_constant<caf::atom("sweep")>;        // root: more runs are due
+using demand_atom = caf::atom_constant<caf::atom("demand")>;       // root, workflow: a call
+using exec_atom = caf::atom_constant<caf::atom("exec")>;           // engine: run a request
+using engdone_atom = caf::atom_constant<caf::atom("engdone")>;     // engine -> requester
+using abort_atom = caf::atom_constant<caf::atom("abort")>;         // engine: cancel a handle
+using serve_atom = caf::atom_constant<caf::atom("serve")>;         // csl: a ServeQuery
+using snap_atom = caf::atom_constant<caf::atom("snap")>;           // csl: read versions
+using store_atom = caf::atom_constant<caf::atom("store")>;         // csl: insert
+using drop_atom = caf::atom_constant<caf::atom("drop")>;           // csl: discard shadows
+using claim_atom = caf::atom_constant<caf::atom("claim")>;         // csl: lead or join a miss
+using land_atom = caf::atom_constant<caf::atom("land")>;           // csl: a led execution ended
+using coaldone_atom = caf::atom_constant<caf::atom("coaldone")>;   // csl -> a joined waiter
+using leave_atom = caf::atom_constant<caf::atom("leave")>;         // csl: a waiter's bound passed
+using write_atom = caf::atom_constant<caf::atom("write")>;         // csl, root: records written
+using gate_atom = caf::atom_constant<caf::atom("gate")>;           // pricing: Action 0
+using rank_atom = caf::atom_constant<caf::atom("rank")>;           // pricing: frequency ranking
+using admit_atom = caf::atom_constant<caf::atom("admit")>;         // pricing: Action 1
+using setup_atom = caf::atom_constant<caf::atom("setup")>;         // pricing: predictor time
+using learn_atom = caf::atom_constant<caf::atom("learn")>;         // pricing: a resolution
+using usable_atom = caf::atom_constant<caf::atom("usable")>;       // pricing: consumed / missed
+using credit_atom = caf::atom_constant<caf::atom("credit")>;       // pricing: a chain stage served
+using refund_atom = caf::atom_constant<caf::atom("refund")>;       // pricing: a fill ran nothing
+using release_atom = caf::atom_constant<caf::atom("release")>;     // pricing: a fill ended
+using settle_atom = caf::atom_constant<caf::atom("settle")>;       // pricing, workflow
+using cost_atom = caf::atom_constant<caf::atom("cost")>;           // pricing: an execution's cost
+using canon_atom = caf::atom_constant<caf::atom("canon")>;         // pricing: canonical in flight
+using resolve_atom = caf::atom_constant<caf::atom("bresolve")>;    // branch: the selection
+using demanded_atom = caf::atom_constant<caf::atom("bdemand")>;    // branch: its demand came
+using abandon_atom = caf::atom_constant<caf::atom("babandon")>;    // branch: give up
+using settleby_atom = caf::atom_constant<caf::atom("bsettleby")>;  // branch: settle deadline
+using timebox_atom = caf::atom_constant<caf::atom("btimebox")>;    // branch: drafter's time box
+using kickoff_atom = caf::atom_constant<caf::atom("kickoff")>;     // branch, fill: start
+using announce_atom = caf::atom_constant<caf::atom("fannounce")>;  // fill -> workflow
+using fend_atom = caf::atom_constant<caf::atom("fend")>;           // fill -> workflow
+using fstored_atom = caf::atom_constant<caf::atom("fstored")>;     // fill -> branch
+using fdone_atom = caf::atom_constant<caf::atom("fdone")>;         // fill -> branch
+using fcancel_atom = caf::atom_constant<caf::atom("fcancel")>;     // branch -> fill
+using waitend_atom = caf::atom_constant<caf::atom("waitend")>;     // workflow: a wait's bound
+using idle_atom = caf::atom_constant<caf::atom("idle")>;           // workflow <-> root: idle check
+using stop_atom = caf::atom_constant<caf::atom("stopwf")>;         // root -> workflow: retire
+using gone_atom = caf::atom_constant<caf::atom("gonewf")>;         // workflow -> root: it ended
+using tick_atom = caf::atom_constant<caf::atom("tick")>;           // root: the periodic expiry
+using sweep_atom = caf::atom_constant<caf::atom("sweep")>;         // root: more runs are due
 
 // -- shared services --------------------------------------------------------------------------
 
@@ -85,34 +107,64 @@ struct Counters {
   std::atomic<std::int64_t> saved_us{0}, wasted_us{0};
 };
 
-struct Switches {
-  bool reuse = true;
-  bool fills = true;
-  int fill_priority = 10;
-  int fanout = -1;
-  int fill_depth = 0;
-  bool private_fills = false;
-  std::chrono::milliseconds settle_after{30'000};
-};
-
 class StatsBoard;
+
+// Whether the graph still stands: a deadline that comes due after shutdown posts nothing (the
+// actor system it would post into is being destroyed). Thread-safe.
+class LifeGate {
+ public:
+  // Runs `f` if the graph stands, holding it standing meanwhile.
+  template <class F>
+  void run_if_open(F&& f) const {
+    std::shared_lock lock(mutex_);
+    if (open_) f();
+  }
+  void close() {
+    std::unique_lock lock(mutex_);
+    open_ = false;
+  }
+
+ private:
+  mutable std::shared_mutex mutex_;
+  bool open_ = true;
+};
 
 // Handles every workflow, branch and fill actor uses.
 struct Services {
   caf::actor csl;
   caf::actor pricing;
-  caf::actor tools;                            // tool calls (may be invalid: no tools)
-  caf::actor timer;                            // deadlines (spawn_timer_actor)
-  caf::actor default_engine;                   // models no binding names
-  std::map<std::string, caf::actor> by_model;  // model -> engine actor
+  engines::Router router;                 // which engine (or the tools) runs a call
+  std::vector<caf::actor> engine_actors;  // by the router's engine index
+  caf::actor tools;                       // tool calls (may be invalid: no tools)
   std::shared_ptr<Counters> counters;
   std::shared_ptr<StatsBoard> board;
-  Switches switches;
+  std::shared_ptr<TimeService> time;  // the graph's clock and deadlines
+  std::shared_ptr<LifeGate> life;
+  Policy policy;
 
   // The actor that runs `endpoint` with `body` (a model's engine, or the tools).
   caf::actor executor_for(const std::string& endpoint, const nlohmann::json& body) const;
+
+  // Sends `msg...` to `to` at `at`, unless the graph has stopped by then.
+  template <class... Ts>
+  TimeService::Token post_at(TimePoint at, const caf::actor& to, Ts... msg) const {
+    return time->arm(at, [life = life, to = caf::actor_addr(to.address()), msg...] {
+      life->run_if_open([&] {
+        if (auto a = caf::actor_cast<caf::actor>(to)) caf::anon_send(a, msg...);
+      });
+    });
+  }
 };
 using ServicesPtr = std::shared_ptr<const Services>;
+
+// Counts an answer by how it was served, a fill by how it finished (actors/stats.cpp, the one
+// registry of counters).
+void count_served(Counters& counters, Served how);
+void count_finished(Counters& counters, branch::FillStatus status);
+// Reads the live counters into `stats`.
+void read_counters(const Counters& counters, RuntimeStats& stats);
+// The answer to a call whose endpoint no engine or tool serves.
+Reply no_executor_reply(const std::string& endpoint);
 
 // -- engine -----------------------------------------------------------------------------------
 
@@ -132,56 +184,6 @@ struct Exec {
 };
 using ExecPtr = std::shared_ptr<const Exec>;
 
-struct ExecResult {
-  bool ok = false;
-  engines::EngineResult result;
-  engines::EngineError error;
-  std::vector<std::string> writes;  // records a tool call reported writing
-};
-using ExecResultPtr = std::shared_ptr<const ExecResult>;
-
-// -- csl --------------------------------------------------------------------------------------
-
-struct ServeReply {
-  bool found = false;
-  bool promoted = false;  // a shadow promoted by this demand (else a confirmed hit)
-  csl::EntryRef ref;
-  std::shared_ptr<const std::string> bytes;
-  csl::Usage usage;
-  Duration cost{0};
-  csl::Provenance provenance;
-};
-
-using InsertPtr = std::shared_ptr<const csl::Insert>;
-using ReadRefs = std::vector<csl::ReadRef>;
-using EntryRefs = std::vector<csl::EntryRef>;
-using Strings = std::vector<std::string>;
-using Hashes = std::vector<Hash128>;
-
-// The answer to a claim: a library hit, or how the miss executes (csl/coalescer.hpp).
-struct ClaimReply {
-  bool found = false;
-  ServeReply hit;  // found
-  csl::ClaimKind kind = csl::ClaimKind::alone;
-  std::uint64_t execution = 0;
-  csl::Ticket ticket = 0;  // join: for leave_atom
-  ReadRefs reads;          // lead, alone: the versions the execution starts from
-};
-
-// What a led execution's waiters are answered with.
-struct Landed {
-  enum class Outcome {
-    result,  ///< the engine's answer (served to each waiter as `cache`)
-    error,   ///< the engine's error, or a non-200 answer: each waiter gets the same
-    retry,   ///< the leader was cancelled (its client went): each waiter claims again
-  };
-  Outcome outcome = Outcome::retry;
-  Reply reply;
-  Duration cost{0};   // engine time each waiter saved
-  csl::EntryRef ref;  // the stored (or already present) entry, for the waiters' producers
-};
-using LandedPtr = std::shared_ptr<const Landed>;
-
 struct CslSnapshot {
   csl::Stats stats;
   std::size_t entries = 0;
@@ -193,7 +195,7 @@ struct CslSnapshot {
 
 struct GateReply {
   bool open = false;
-  int reason = 0;  // admission::GateReason
+  admission::GateReason reason{};
 };
 
 struct AdmitRequest {
@@ -243,6 +245,16 @@ class StatsBoard {
 
 using FeedbackPtr = std::shared_ptr<const branch::Feedback>;
 
+// A decision point resolved: the frequency predictor learns the selection; when `report`, the
+// controller learns which admitted rank (if any) it was.
+struct Resolution {
+  std::uint64_t branch = 0;  // 0: no branch was open
+  Hash128 coordinate;
+  std::string selection;
+  std::optional<std::size_t> rank;
+  bool report = false;
+};
+
 // An answer to a caller outside the actor system, given at most once: if the message or the
 // handler holding it is dropped unanswered (the graph stopped), the destructor answers with a
 // default value, so the caller never waits for ever. Used for writes and statistics.
@@ -278,9 +290,6 @@ struct Demand {
 };
 using DemandPtr = std::shared_ptr<Demand>;
 
-using GraphPtr = std::shared_ptr<const dsl::TemplateGraph>;
-using Producers = std::map<std::string, csl::EntryRef>;  // variable -> the entry that made it
-
 struct BranchInit {
   std::uint64_t id = 0;
   GraphPtr graph;
@@ -313,30 +322,6 @@ struct FillInit {
 };
 using FillInitPtr = std::shared_ptr<const FillInit>;
 
-// The name a result of `stage` is stored and served under, for a run of `caller` known as
-// `run`: the reuse name, mixed with the caller's tenant unless the stage is `share: global`
-// (runtime/tenancy.hpp), and with private fills (the SPAgent-like baseline) salted with the
-// run, so that no other run's demand can ever match it.
-Hash128 stage_name(const Switches& switches, const dsl::Stage& stage, std::string_view endpoint,
-                   const nlohmann::json& body, const Caller& caller, const std::string& run);
-// The record keys an execution of `stage` for `caller` reads, for `keys` as rendered.
-std::vector<std::string> read_records(const dsl::Stage& stage, const std::vector<std::string>& keys,
-                                      const Caller& caller);
-// The record keys a write of `keys` by `caller`'s run bumps: within its tenant (and the shared
-// scope), or everywhere for the default tenant.
-std::vector<std::string> write_records(const std::vector<std::string>& keys, const Caller& caller);
-
-// Whether stage `s` of `g` may run as a fill or be served from the library.
-bool reusable(const dsl::Stage& s);
-// Whether an execution's result for `endpoint` may become a library entry or a shadow: only one
-// that completed normally (engines/completion.hpp), whatever engine produced it. An abnormal
-// result still answers the call that ran it, as the engine sent it.
-bool storable(const std::string& endpoint, const engines::EngineResult& r);
-// The speculable prefix of a decision's downstream, at most its max_chain stages.
-std::vector<dsl::StageId> fill_chain(const dsl::TemplateGraph& g, const dsl::Decision& d);
-// The effective limits of a decision (its own, else the template's).
-const dsl::SpeculationLimits& limits_of(const dsl::TemplateGraph& g, const dsl::Decision& d);
-
 }  // namespace dynrt::actors
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::Hash128)
@@ -346,6 +331,11 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::ServicesPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::ExecPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::ExecResultPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::ServeReply)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::ServeQuery)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::run::CostSample)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::branch::Outcome)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::branch::FillStatus)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::Resolution)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::ClaimReply)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::LandedPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::InsertPtr)

@@ -49,6 +49,10 @@ void ReplySink::chunk(std::string_view data) {
 
 bool ReplySink::done(Reply reply) {
   std::function<void(Reply)> f;
+  // The call's other callbacks go with the answer: whatever they hold (a gateway's connection)
+  // must not live on for as long as an engine keeps this sink. Destroyed outside the lock.
+  std::function<void(std::string_view)> chunk;
+  std::function<void(Served)> started;
   {
     std::lock_guard lock(mutex_);
     if (answered_) return false;
@@ -56,13 +60,16 @@ bool ReplySink::done(Reply reply) {
     // A stored result for a streaming caller is replayed before the answer, under the lock,
     // so nothing else for this call can interleave.
     if (stream_ && !chunks_sent_ && reply.ok() && reply.served != Served::engine &&
-        callbacks_.on_chunk && endpoint_.rfind("/v1/dynrt/tools/", 0) != 0) {
+        callbacks_.on_chunk && !is_tool_endpoint(endpoint_)) {
       for (const auto& c : replay_chunks(endpoint_, reply.body, include_usage_))
         callbacks_.on_chunk(c);
       chunks_sent_ = true;
     }
     answered_ = true;
     f = std::move(callbacks_.on_done);
+    chunk = std::move(callbacks_.on_chunk);
+    started = std::move(callbacks_.on_start);
+    canceller_ = nullptr;
   }
   if (!reply.ok() && errors_) ++*errors_;
   if (f) f(std::move(reply));
@@ -260,69 +267,4 @@ std::vector<std::string> replay_chunks(std::string_view endpoint, std::string_vi
   return out;
 }
 
-std::string error_body(std::string_view message, std::string_view type, int code) {
-  ordered_json j;
-  j["error"] = {{"message", std::string(message)},
-                {"type", std::string(type)},
-                {"param", nullptr},
-                {"code", code}};
-  return j.dump();
-}
-
-Reply error_reply(int status, std::string_view type, std::string message) {
-  Reply r;
-  r.status = status;
-  r.body = error_body(message, type, status);
-  r.error = std::move(message);
-  // From a temporary: g++ 12 warns, wrongly, on assigning the literal (-Wrestrict).
-  if (status == 503) r.retry_after = std::string("1");
-  return r;
-}
-
-Reply error_reply(const engines::EngineError& e) {
-  using engines::ErrorKind;
-  std::string message = "engine: " + e.message;
-  switch (e.kind) {
-    case ErrorKind::http_status:
-    case ErrorKind::engine_error: {
-      // The engine's own answer, as it sent it.
-      Reply r;
-      r.status = e.status > 0 ? e.status : 502;
-      r.body = !e.body.empty() ? e.body : error_body(message, "engine_error", r.status);
-      r.error = std::move(message);
-      r.retry_after = e.retry_after;
-      return r;
-    }
-    case ErrorKind::connect_timeout:
-    case ErrorKind::first_byte_timeout:
-    case ErrorKind::idle_timeout:
-    case ErrorKind::total_timeout:
-      return error_reply(504, "engine_timeout", std::move(message));
-    case ErrorKind::rejected:
-      return error_reply(400, "invalid_request_error", std::move(message));
-    case ErrorKind::cancelled:
-      return error_reply(503, "service_unavailable", std::move(message));
-    case ErrorKind::refused:
-    case ErrorKind::malformed:
-    case ErrorKind::truncated:
-    case ErrorKind::internal:
-      break;
-  }
-  return error_reply(502, "engine_error", std::move(message));
-}
-
 }  // namespace dynrt::actors
-
-namespace dynrt {
-std::string_view to_string(Served s) {
-  switch (s) {
-    case Served::engine:
-      return "engine";
-    case Served::fill:
-      return "fill";
-    case Served::cache:
-      return "cache";
-  }
-  return "engine";
-}
-}  // namespace dynrt

@@ -89,16 +89,6 @@ class Cancellation {
 std::vector<std::string> replay_chunks(std::string_view endpoint, std::string_view body,
                                        bool include_usage);
 
-// {"error": {"message", "type", "code"}}.
-std::string error_body(std::string_view message, std::string_view type, int code);
-// An engine failure as a Reply: the engine's own status, body and Retry-After for an HTTP
-// error, and its status and error payload as sent for an error inside a 200 response; 504 for
-// a timeout, 502 for the rest, 503 for a cancelled or stopped request.
-Reply error_reply(const engines::EngineError& error);
-// dynrt's own error. A 503 (shutting down, stopped, cancelled with the runtime) carries
-// `Retry-After: 1`: the call itself was fine, and another try may well succeed.
-Reply error_reply(int status, std::string_view type, std::string message);
-
 bool include_usage(const nlohmann::json& body);
 
 }  // namespace dynrt::actors

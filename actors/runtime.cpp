@@ -46,7 +46,21 @@ struct RootInit {
   RuntimeConfig config;
   std::shared_ptr<Counters> counters;
   std::shared_ptr<StatsBoard> board;
+  std::shared_ptr<TimeService> time;
+  std::shared_ptr<LifeGate> life;
 };
+
+run::Policy policy_of(const RuntimeConfig& cfg) {
+  run::Policy p;
+  p.reuse = cfg.reuse;
+  p.fills = cfg.fills;
+  p.fill_priority = cfg.fill_priority;
+  p.fanout = cfg.fanout;
+  p.fill_depth = cfg.fill_depth;
+  p.private_fills = cfg.private_fills;
+  p.settle_after = cfg.settle_after;
+  return p;
+}
 
 // At most this many idle checks per sweep, and sweeps this far apart while runs are due: a mass
 // expiry (every run of a burst going quiet at once) is spread over time, at up to 25,600 runs
@@ -64,7 +78,6 @@ struct RunRef {
 struct RootState {
   GraphMap graphs;
   ServicesPtr services;
-  SteadyClock clock;
   Duration idle{0};
   std::unique_ptr<run::RunTable<RunRef>> runs;
   // Live runs in the table per owning key (only keys with a limit of their own are counted).
@@ -108,12 +121,13 @@ std::string run_key(const Request& r) {
 // is answers, and leaves. Batched: what is left is swept a little later.
 void sweep(RootSelf self) {
   auto& st = self->state;
-  const TimePoint now = st.clock.now();
+  const auto& svc = *st.services;
+  const TimePoint now = svc.time->now();
   for (const auto& r : st.runs->due(now, st.idle, kSweepBatch))
     self->send(r.handle.actor, idle_atom::value);
   if (!st.sweep_scheduled && st.runs->any_due(now, st.idle)) {
     st.sweep_scheduled = true;
-    self->delayed_send(self, kSweepPause, sweep_atom::value);
+    svc.post_at(now + kSweepPause, self, sweep_atom::value);
   }
 }
 
@@ -135,29 +149,25 @@ behavior root_actor(RootSelf self, std::shared_ptr<const RootInit> init) {
   self->state.runs = std::make_unique<run::RunTable<RunRef>>(cfg.max_live_runs);
   svc->counters = init->counters;
   svc->board = init->board;
-  svc->switches.reuse = cfg.reuse;
-  svc->switches.fills = cfg.fills;
-  svc->switches.fill_priority = cfg.fill_priority;
-  svc->switches.fanout = cfg.fanout;
-  svc->switches.fill_depth = cfg.fill_depth;
-  svc->switches.private_fills = cfg.private_fills;
-  svc->switches.settle_after = cfg.settle_after;
+  svc->time = init->time;
+  svc->life = init->life;
+  svc->policy = policy_of(cfg);
   PricingConfig pricing;
   pricing.admission = cfg.admission;
   pricing.costs = cfg.costs;
   if (cfg.kv_tokens > 0) pricing.costs.kv_tokens = cfg.kv_tokens;
   pricing.decode_slots = cfg.decode_slots;
-  for (std::size_t i = 0; i < cfg.engines.size(); ++i) {
-    const auto& b = cfg.engines[i];
-    auto a = spawn_engine_actor(self, b.engine, nullptr);
-    if (i == 0) svc->default_engine = a;
-    for (const auto& m : b.models)
-      svc->by_model.emplace(m, a);
+  pricing.clock = svc->time;
+  for (const auto& b : cfg.engines) {
+    svc->router.add(b.engine, b.models);
+    svc->engine_actors.push_back(spawn_engine_actor(self, b.engine, nullptr, svc->time));
     pricing.engines.push_back(b.engine);
   }
-  if (cfg.tools) svc->tools = spawn_engine_actor(self, nullptr, cfg.tools);
-  svc->timer = spawn_timer_actor(self);
-  svc->csl = spawn_csl_actor(self, CslConfig{cfg.csl}, svc->counters, svc->board);
+  if (cfg.tools) {
+    svc->router.set_tools(cfg.tools);
+    svc->tools = spawn_engine_actor(self, nullptr, cfg.tools, svc->time);
+  }
+  svc->csl = spawn_csl_actor(self, CslConfig{cfg.csl, svc->time}, svc->counters, svc->board);
   pricing.board = svc->board;
   svc->pricing = spawn_pricing_actor(self, std::move(pricing));
   self->state.services = svc;
@@ -170,20 +180,24 @@ behavior root_actor(RootSelf self, std::shared_ptr<const RootInit> init) {
       self->send_exit(a, msg.reason);
     self->quit(msg.reason);
   });
-  self->delayed_send(self, tick_of(self->state.idle), tick_atom::value);
+  // The periodic idle check.
+  const auto tick = [=] {
+    const auto& s = *self->state.services;
+    s.post_at(s.time->now() + tick_of(self->state.idle), self, tick_atom::value);
+  };
+  tick();
   return {
       [=](demand_atom, const DemandPtr& d) {
         auto& st = self->state;
-        ++st.services->counters->requests;
         const auto& tags = d->request.tags;
         const auto g = st.graphs.find(tags.workflow);
         if (tags.workflow_id.empty() || g == st.graphs.end()) {
-          pass_through(*st.services, d);
+          forward(*st.services, d->request, d->sink);  // a reload dropped its workflow
           return;
         }
         const auto& caller = d->request.caller;
         std::string key = run_key(d->request);
-        const TimePoint now = st.clock.now();
+        const TimePoint now = st.services->time->now();
         if (auto* r = st.runs->touch(key, now)) {
           self->send(r->handle.actor, demand_atom::value, d);
           return;
@@ -217,7 +231,7 @@ behavior root_actor(RootSelf self, std::shared_ptr<const RootInit> init) {
       },
       [=](tick_atom) {
         sweep(self);
-        self->delayed_send(self, tick_of(self->state.idle), tick_atom::value);
+        tick();
       },
       [=](sweep_atom) {
         self->state.sweep_scheduled = false;
@@ -269,26 +283,21 @@ struct Compiled {
   std::vector<std::string> names;  // in the order the templates were read
 };
 
-// Lints and compiles every template; any error-severity finding refuses them all.
-Expected<Compiled> compile_templates(const RuntimeConfig& config) {
-  const auto& paths = config.template_paths;
-  const auto& texts = config.template_texts;
+// Compiles what the linter made of the templates (`reports`, in the order they were read); any
+// error-severity finding refuses them all. Then the configuration's shared stages apply.
+Expected<Compiled> compile_reports(const std::vector<const dsl::LintReport*>& reports,
+                                   const RuntimeConfig& config) {
   Compiled out;
-  auto add = [&](const dsl::LintReport& report) -> std::optional<Error> {
-    const std::string errors = findings_text(report);
+  for (const auto* report : reports) {
+    const std::string errors = findings_text(*report);
     if (!errors.empty()) return make_error("templates do not lint clean:\n" + errors);
-    for (const auto* g : report.graphs()) {
+    for (const auto* g : report->graphs()) {
       if (out.graphs.count(g->workflow))
         return make_error("two templates define workflow \"" + g->workflow + "\"");
       out.graphs.emplace(g->workflow, std::make_shared<const dsl::TemplateGraph>(*g));
       out.names.push_back(g->workflow);
     }
-    return std::nullopt;
-  };
-  if (!paths.empty())
-    if (auto e = add(dsl::lint_paths(paths))) return *e;
-  for (const auto& [name, text] : texts)
-    if (auto e = add(dsl::lint_text(name, text))) return *e;
+  }
   // The configuration's shared stages: the same as `share: global` in the template, except
   // that the stage's fingerprint (and so its names for the default tenant) stays as it was.
   for (const auto& name : config.shared_stages) {
@@ -306,24 +315,20 @@ Expected<Compiled> compile_templates(const RuntimeConfig& config) {
   return out;
 }
 
-// Answers a pass-through call from the engine's thread, as the engine answered it.
-class DirectSink final : public engines::ResponseSink {
- public:
-  explicit DirectSink(std::shared_ptr<ReplySink> sink) : sink_(std::move(sink)) {}
-  void on_chunk(std::string_view data) override { sink_->chunk(data); }
-  void on_complete(engines::EngineResult r) override {
-    Reply reply;
-    reply.status = r.status;
-    reply.body = std::move(r.body);
-    reply.usage = r.usage;
-    reply.finish_reason = std::move(r.finish_reason);
-    sink_->done(std::move(reply));
-  }
-  void on_error(engines::EngineError e) override { sink_->done(error_reply(e)); }
-
- private:
-  std::shared_ptr<ReplySink> sink_;
-};
+// Lints (reading template_paths anew) and compiles every configured template.
+Expected<Compiled> compile_templates(const RuntimeConfig& config,
+                                     const dsl::LintReport* linted = nullptr) {
+  std::vector<dsl::LintReport> reports;
+  reports.reserve(1 + config.template_texts.size());
+  std::vector<const dsl::LintReport*> in_order;
+  if (linted)
+    in_order.push_back(linted);
+  else if (!config.template_paths.empty())
+    in_order.push_back(&reports.emplace_back(dsl::lint_paths(config.template_paths)));
+  for (const auto& [name, text] : config.template_texts)
+    in_order.push_back(&reports.emplace_back(dsl::lint_text(name, text)));
+  return compile_reports(in_order, config);
+}
 
 // Gives the memory of ended runs back to the system. A burst of runs churns through many small
 // allocations on every thread's malloc arena; once the runs end, their pages are mostly free
@@ -427,26 +432,11 @@ struct Runtime::Impl {
     return workflow_set.count(workflow) > 0;
   }
 
-  void direct(Request request, std::shared_ptr<ReplySink> sink) {
-    ++counters->requests;
-    ++counters->passthrough;
-    ++counters->served_engine;
-    std::shared_ptr<engines::Engine> engine = config.engines.front().engine;
-    if (const auto m = request.body.find("model"); m != request.body.end() && m->is_string())
-      for (const auto& b : config.engines)
-        if (std::find(b.models.begin(), b.models.end(), m->get<std::string>()) != b.models.end()) {
-          engine = b.engine;
-          break;
-        }
-    engines::EngineRequest req;
-    req.tenant = std::move(request.caller.tenant);
-    req.endpoint = std::move(request.endpoint);
-    req.body = std::move(request.body);
-    const auto handle = engine->submit(std::move(req), std::make_shared<DirectSink>(sink));
-    if (handle != 0) sink->set_canceller([engine, handle] { engine->cancel(handle); });
-  }
   std::shared_ptr<Counters> counters = std::make_shared<Counters>();
   std::shared_ptr<StatsBoard> board = std::make_shared<StatsBoard>();
+  std::shared_ptr<TimeService> time;     // the configured one, or own_time
+  std::shared_ptr<SystemTime> own_time;  // when none was configured
+  std::shared_ptr<LifeGate> life_gate = std::make_shared<LifeGate>();
   std::unique_ptr<MemoryTrimmer> trimmer;
   std::unique_ptr<actor_system_config> sys_config;
   std::unique_ptr<actor_system> system;
@@ -461,9 +451,19 @@ struct Runtime::Impl {
 };
 
 Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config) {
+  return create(std::move(config), nullptr);
+}
+
+Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config,
+                                                   const dsl::LintReport& linted) {
+  return create(std::move(config), &linted);
+}
+
+Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config,
+                                                   const dsl::LintReport* linted) {
   if (config.engines.empty() || !config.engines.front().engine)
     return make_error("dynrt::Runtime needs at least one engine");
-  auto compiled = compile_templates(config);
+  auto compiled = compile_templates(config, linted);
   if (!compiled) return compiled.error();
   auto init = std::make_shared<RootInit>();
   init->graphs = std::move(compiled->graphs);
@@ -474,10 +474,18 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config) {
   impl->workflow_set.insert(impl->names.begin(), impl->names.end());
   impl->sys_config = std::make_unique<actor_system_config>();
   impl->sys_config->set("scheduler.max-threads", std::max(1, config.threads));
+  if (config.time) {
+    impl->time = config.time;
+  } else {
+    impl->own_time = std::make_shared<SystemTime>();
+    impl->time = impl->own_time;
+  }
   impl->system = std::make_unique<actor_system>(*impl->sys_config);
   init->config = config;
   init->counters = impl->counters;
   init->board = impl->board;
+  init->time = impl->time;
+  init->life = impl->life_gate;
   impl->config = std::move(config);
   impl->root = impl->system->spawn(root_actor, std::shared_ptr<const RootInit>(init));
   {
@@ -515,19 +523,19 @@ CallId Runtime::complete(Request request, ReplyCallbacks callbacks) {
     std::shared_lock life(impl_->life);
     if (!impl_->stopped) {
       impl_->calls->add(id, sink);
-      // A model call no template claims goes straight to its engine from the caller's thread:
+      ++impl_->counters->requests;
+      // A call no template claims goes straight to its engine from the caller's thread:
       // Engine::submit never blocks, and two mailbox hops are saved on the transparent path.
       const auto& tags = request.tags;
-      if (request.endpoint.rfind("/v1/dynrt/tools/", 0) != 0 &&
-          (tags.workflow_id.empty() || !impl_->claims(tags.workflow))) {
-        impl_->direct(std::move(request), std::move(sink));
+      if (tags.workflow_id.empty() || !impl_->claims(tags.workflow)) {
+        forward(*impl_->services, request, std::move(sink));
         return id;
       }
       auto d = std::make_shared<Demand>();
       d->id = id;
       d->request = std::move(request);
       d->sink = std::move(sink);
-      d->arrived = SteadyClock().now();
+      d->arrived = impl_->time->now();
       anon_send(impl_->root, demand_atom::value, DemandPtr(std::move(d)));
       return id;
     }
@@ -552,15 +560,15 @@ std::future<Reply> Runtime::complete(Request request) {
 
 CallId Runtime::tool(std::string name, nlohmann::json arguments, Tags tags,
                      ReplyCallbacks callbacks, Caller caller) {
-  return complete(
-      Request{"/v1/dynrt/tools/" + name, std::move(arguments), std::move(tags), std::move(caller)},
-      std::move(callbacks));
+  return complete(Request{std::string(kToolPrefix) + name, std::move(arguments), std::move(tags),
+                          std::move(caller)},
+                  std::move(callbacks));
 }
 
 std::future<Reply> Runtime::tool(std::string name, nlohmann::json arguments, Tags tags,
                                  Caller caller) {
-  return complete(
-      Request{"/v1/dynrt/tools/" + name, std::move(arguments), std::move(tags), std::move(caller)});
+  return complete(Request{std::string(kToolPrefix) + name, std::move(arguments), std::move(tags),
+                          std::move(caller)});
 }
 
 std::future<std::size_t> Runtime::write(std::vector<std::string> keys, tenancy::WriteScope scope) {
@@ -589,35 +597,7 @@ void Runtime::write(std::vector<std::string> keys, std::function<void(std::size_
 
 RuntimeStats Runtime::stats() const {
   RuntimeStats s;
-  const auto& c = *impl_->counters;
-  s.requests = c.requests;
-  s.served_engine = c.served_engine;
-  s.served_fill = c.served_fill;
-  s.served_cache = c.served_cache;
-  s.passthrough = c.passthrough;
-  s.errors = c.errors;
-  s.waits = c.waits;
-  s.wait_timeouts = c.wait_timeouts;
-  s.coalesced = c.coalesced;
-  s.branches_opened = c.branches_opened;
-  s.branches_gated = c.branches_gated;
-  s.branches_settled = c.branches_settled;
-  s.fills_issued = c.fills_issued;
-  s.fills_suppressed = c.fills_suppressed;
-  s.fills_completed = c.fills_completed;
-  s.fills_failed = c.fills_failed;
-  s.fills_cancelled = c.fills_cancelled;
-  s.fills_consumed = c.fills_consumed;
-  s.shadows_stored = c.shadows_stored;
-  s.shadows_discarded = c.shadows_discarded;
-  s.engine_ms_saved = static_cast<double>(c.saved_us.load()) / 1000;
-  s.engine_ms_wasted = static_cast<double>(c.wasted_us.load()) / 1000;
-  s.writes = c.writes;
-  s.workflows_live = c.workflows_live;
-  s.runs_evicted = c.runs_evicted;
-  s.runs_expired = c.runs_expired;
-  s.runs_refused = c.runs_refused;
-  s.fills_running = c.fills_running;
+  read_counters(*impl_->counters, s);
   std::shared_lock life(impl_->life);
   if (impl_->stopped) return s;  // the graph is gone, and with it what it held
   s.actors_running = impl_->system->registry().running();
@@ -675,6 +655,9 @@ void Runtime::shutdown() {
   impl_->root = nullptr;
   impl_->services.reset();
   impl_->system->await_all_actors_done();
+  // Deadlines still armed post nothing into the system about to go.
+  impl_->life_gate->close();
+  if (impl_->own_time) impl_->own_time->stop();
   // Calls whose answer was still to come from an engine get theirs now.
   for (auto& [id, w] : impl_->calls->take())
     if (auto s = w.lock()) {

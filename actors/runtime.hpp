@@ -21,8 +21,10 @@
 // an engine.
 #pragma once
 
+#include "actors/time.hpp"
 #include "engines/engine.hpp"
 #include "engines/tools/tool.hpp"
+#include "run/call.hpp"
 #include "runtime/admission/controller.hpp"
 #include "runtime/admission/cost_model.hpp"
 #include "runtime/csl/store.hpp"
@@ -41,66 +43,9 @@
 
 namespace dynrt {
 
-struct Tags {
-  std::string workflow;     // X-DynRT-Workflow: the template's workflow name
-  std::string workflow_id;  // X-DynRT-Workflow-Id: one run of it
-  std::string stage;        // X-DynRT-Stage: the stage this call is
-  bool empty() const { return workflow.empty() && workflow_id.empty() && stage.empty(); }
-};
-
-// Who is calling, as far as sharing and limits go (runtime/tenancy.hpp). A call is served only
-// results its own tenant's calls caused, except from stages declared `share: global`; its
-// workflow ids are its tenant's own (two tenants using the same id never meet). The gateway
-// fills this from the caller's key; an embedder that does not partition leaves it empty: one
-// tenant, as with no keys.
-struct Caller {
-  std::string tenant;  // "" is the default tenant
-  std::string key;     // the key's name, for per-key limits (never the key itself)
-  // Live workflow runs this key may hold at once; 0: no limit of its own (max_live_runs
-  // bounds all runs together). A new run beyond it is refused with 429 and Retry-After.
-  std::size_t max_live_runs = 0;
-  // The fraction of the fill budget (fill slots and KV reservation) its tenant's speculation
-  // may hold at once, in (0, 1].
-  double fill_share = 1.0;
-};
-
-struct Request {
-  std::string endpoint = "/v1/chat/completions";  // or /v1/completions, /v1/dynrt/tools/<name>
-  nlohmann::json body;                            // the exact body (tool calls: the arguments)
-  Tags tags;
-  Caller caller = {};  // whose call it is (default: the default tenant, no limits of its own)
-};
-
-// How an answer was produced. The body never says; only this does.
-enum class Served {
-  engine,  ///< executed on the engine for this call (including pass-through)
-  fill,    ///< a speculative fill's result, promoted by this exact call
-  cache,   ///< a confirmed result from the Completed-Subgraph Library
-};
-std::string_view to_string(Served s);
-
-struct Reply {
-  int status = 200;  // the engine's status, or 502/504/503/400 for dynrt's own errors
-  std::string body;  // the complete response (for streamed calls too), or an OpenAI error body
-  engines::Usage usage;
-  std::string finish_reason;
-  Served served = Served::engine;
-  std::string error;  // empty when ok; otherwise what went wrong, for logs
-  // With an error: when to try again, for a Retry-After header (the engine's own, as it sent
-  // it; whole seconds on dynrt's own 503s); empty when there is no advice.
-  std::string retry_after;
-  bool ok() const { return error.empty(); }
-};
-
-// on_start: once, before the first chunk or the answer, with how the call is being served
-// (a gateway puts it in a response header before streaming). on_chunk: one SSE data payload
-// of a streamed call (`"stream": true`), in order; a result served from a fill or the library
-// is replayed in the same chunk shape. on_done: exactly once.
-struct ReplyCallbacks {
-  std::function<void(std::string_view)> on_chunk;
-  std::function<void(Reply)> on_done;
-  std::function<void(Served)> on_start;
-};
+namespace dsl {
+struct LintReport;
+}
 
 using CallId = std::uint64_t;
 
@@ -136,6 +81,9 @@ struct RuntimeConfig {
   csl::Limits csl;
   admission::AdmissionConfig admission;
   admission::CostModelConfig costs;
+  // The clock and timer service every deadline, TTL and wait of the graph uses (actors/time.hpp);
+  // null: a SystemTime of the Runtime's own. A ManualTime lets a test or a simulation move time.
+  std::shared_ptr<TimeService> time;
 };
 
 struct RuntimeStats {
@@ -184,11 +132,27 @@ struct RuntimeStats {
   std::size_t actors_running = 0;    // every actor of the graph (root, engines, csl, pricing...)
 };
 
+// One figure of RuntimeStats as a metrics endpoint exports it (Prometheus names and types).
+struct Metric {
+  std::string_view name;
+  std::string_view type;  // "counter" or "gauge"
+  std::string_view help;
+  std::string_view labels;  // e.g. {served="fill"}; empty for none
+  double value = 0;
+};
+// Every figure of `stats`, in a stable order; a name with several label sets comes in a run.
+// The one list of what dynrt counts: Runtime::stats() and the gateway's /metrics both read it.
+std::vector<Metric> metrics(const RuntimeStats& stats);
+
 class Runtime {
  public:
   // Lints and compiles the templates (an error-severity finding refuses them, with the
   // findings in the message), then starts the actor graph.
   static Expected<std::unique_ptr<Runtime>> create(RuntimeConfig config);
+  // The same, with the templates at config.template_paths already linted as `linted` (a
+  // caller that lints for its own report need not lint twice); reload() reads them anew.
+  static Expected<std::unique_ptr<Runtime>> create(RuntimeConfig config,
+                                                   const dsl::LintReport& linted);
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -232,6 +196,8 @@ class Runtime {
 
  private:
   struct Impl;
+  static Expected<std::unique_ptr<Runtime>> create(RuntimeConfig config,
+                                                   const dsl::LintReport* linted);
   explicit Runtime(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

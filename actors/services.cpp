@@ -2,7 +2,7 @@
 
 #include "actors/reply.hpp"
 #include "engines/completion.hpp"
-#include "run/deadlines.hpp"
+#include "run/load.hpp"
 #include "runtime/predictor.hpp"
 #include "runtime/reuse_name.hpp"
 #include "runtime/tenancy.hpp"
@@ -17,67 +17,21 @@ namespace dynrt::actors {
 
 using namespace caf;
 
-// -- helpers shared by the actors ---------------------------------------------------------------
-
-Hash128 stage_name(const Switches& switches, const dsl::Stage& stage, std::string_view endpoint,
-                   const nlohmann::json& body, const Caller& caller, const std::string& run) {
-  Hash128 name = reuse_name(stage.fingerprint, endpoint, body);
-  if (stage.share == dsl::Share::tenant) name = tenancy::tenant_name(name, caller.tenant);
-  if (!switches.private_fills) return name;
-  Hasher128 h;
-  h.add(name).add(run);
-  return h.finish();
-}
-
-std::vector<std::string> read_records(const dsl::Stage& stage, const std::vector<std::string>& keys,
-                                      const Caller& caller) {
-  return tenancy::read_records(keys, caller.tenant, stage.share == dsl::Share::global);
-}
-
-std::vector<std::string> write_records(const std::vector<std::string>& keys, const Caller& caller) {
-  // The default tenant is every deployment without keys: its writes reach every result, as
-  // they did before tenants existed.
-  return tenancy::write_records(keys, caller.tenant.empty()
-                                          ? tenancy::WriteScope::all()
-                                          : tenancy::WriteScope::of(caller.tenant));
-}
-
-bool reusable(const dsl::Stage& s) {
-  return s.speculable && s.kind != dsl::StageKind::user && s.writes.empty();
-}
-
-bool storable(const std::string& endpoint, const engines::EngineResult& r) {
-  if (r.status != 200 || !r.complete) return false;
-  // A tool's output is whatever the tool returns: the call succeeding is all there is to check.
-  if (endpoint.rfind("/v1/dynrt/tools/", 0) == 0) return true;
-  return !engines::abnormal_completion(endpoint, r.body);
-}
-
-const dsl::SpeculationLimits& limits_of(const dsl::TemplateGraph&, const dsl::Decision& d) {
-  return d.limits;  // compile_template() already merged the template's limits into it
-}
-
-std::vector<dsl::StageId> fill_chain(const dsl::TemplateGraph& g, const dsl::Decision& d) {
-  std::vector<dsl::StageId> chain;
-  const int max = std::max(1, limits_of(g, d).max_chain);
-  for (const dsl::StageId s : d.downstream) {
-    if (s >= g.stages.size() || !reusable(g.stages[s])) break;
-    chain.push_back(s);
-    if (static_cast<int>(chain.size()) >= max) break;
-  }
-  return chain;
-}
-
 caf::actor Services::executor_for(const std::string& endpoint, const nlohmann::json& body) const {
-  if (endpoint.rfind("/v1/dynrt/tools/", 0) == 0) return tools;
-  if (body.is_object()) {
-    const auto it = body.find("model");
-    if (it != body.end() && it->is_string()) {
-      const auto m = by_model.find(it->get<std::string>());
-      if (m != by_model.end()) return m->second;
-    }
+  const auto r = router.route(endpoint, body);
+  switch (r.kind) {
+    case engines::Router::Route::Kind::engine:
+      return engine_actors[r.engine];
+    case engines::Router::Route::Kind::tool:
+      return tools;
+    case engines::Router::Route::Kind::none:
+      break;
   }
-  return default_engine;
+  return {};
+}
+
+Reply no_executor_reply(const std::string& endpoint) {
+  return error_reply(404, "not_found", "no engine or tool serves " + endpoint);
 }
 
 // -- engine ---------------------------------------------------------------------------------------
@@ -128,18 +82,8 @@ class ActorSink final : public engines::ResponseSink {
       if (handle_ != 0) in_flight_->handles.erase(handle_);
     }
     if (!exec_) return;
-    if (exec_->answer_to) {
-      Reply reply;
-      if (r->ok) {
-        reply.status = r->result.status;
-        reply.body = std::move(r->result.body);
-        reply.usage = r->result.usage;
-        reply.finish_reason = r->result.finish_reason;
-      } else {
-        reply = error_reply(r->error);
-      }
-      exec_->answer_to->done(std::move(reply));
-    }
+    if (exec_->answer_to)
+      exec_->answer_to->done(r->ok ? to_reply(r->result) : error_reply(r->error));
     if (exec_->reply_to)
       anon_send(exec_->reply_to, engdone_atom::value, exec_->tag, ExecResultPtr(std::move(r)));
     exec_.reset();  // drop the actor handle: the engine may keep this sink a while
@@ -152,10 +96,57 @@ class ActorSink final : public engines::ResponseSink {
   bool finished_ = false;
 };
 
+// Answers a pass-through call from the engine's thread, as the engine answered it.
+class DirectSink final : public engines::ResponseSink {
+ public:
+  explicit DirectSink(std::shared_ptr<ReplySink> sink) : sink_(std::move(sink)) {}
+  void on_chunk(std::string_view data) override { sink_->chunk(data); }
+  void on_complete(engines::EngineResult r) override { sink_->done(to_reply(std::move(r))); }
+  void on_error(engines::EngineError e) override { sink_->done(error_reply(e)); }
+
+ private:
+  std::shared_ptr<ReplySink> sink_;
+};
+
 }  // namespace
 
+void forward(const Services& svc, const Request& request, std::shared_ptr<ReplySink> sink) {
+  ++svc.counters->passthrough;
+  ++svc.counters->served_engine;
+  const auto route = svc.router.route(request.endpoint, request.body);
+  switch (route.kind) {
+    case engines::Router::Route::Kind::engine: {
+      // Straight to the engine from the caller's thread: Engine::submit never blocks.
+      const auto& engine = svc.router.engines()[route.engine];
+      engines::EngineRequest req;
+      req.tenant = request.caller.tenant;
+      req.endpoint = request.endpoint;
+      req.body = request.body;
+      const auto handle = engine->submit(std::move(req), std::make_shared<DirectSink>(sink));
+      if (handle != 0) sink->set_canceller([engine, handle] { engine->cancel(handle); });
+      return;
+    }
+    case engines::Router::Route::Kind::tool: {
+      // Through the tools' actor: a tool may run inline, and the caller may be an I/O thread.
+      auto exec = std::make_shared<Exec>();
+      exec->endpoint = request.endpoint;
+      exec->body = request.body;
+      exec->tenant = request.caller.tenant;
+      exec->answer_to = sink;
+      exec->call = sink;
+      // Anonymous: the actor's reply (the handle) has nobody to go to.
+      anon_send(svc.tools, exec_atom::value, ExecPtr(exec));
+      return;
+    }
+    case engines::Router::Route::Kind::none:
+      break;
+  }
+  sink->done(no_executor_reply(request.endpoint));
+}
+
 behavior engine_actor(event_based_actor* self, std::shared_ptr<engines::Engine> engine,
-                      std::shared_ptr<engines::ToolEngine> tools) {
+                      std::shared_ptr<engines::ToolEngine> tools,
+                      std::shared_ptr<const TimeService> time) {
   auto in_flight = std::make_shared<InFlight>();
   // A requester that did not want the handle may answer it with an error; that is no reason
   // to end (the default error handler would quit).
@@ -174,26 +165,24 @@ behavior engine_actor(event_based_actor* self, std::shared_ptr<engines::Engine> 
   });
   return {
       [=](exec_atom, const ExecPtr& exec) -> std::uint64_t {
-        if (exec->endpoint.rfind("/v1/dynrt/tools/", 0) == 0) {
-          const std::string name = exec->endpoint.substr(16);
+        if (engines::is_tool_endpoint(exec->endpoint)) {
+          const std::string name(engines::tool_name(exec->endpoint));
           auto sink = std::make_shared<ActorSink>(exec);
           if (!tools || !tools->has(name)) {
             sink->on_error(
                 {engines::ErrorKind::http_status, 404, {}, "no tool named \"" + name + "\""});
             return 0;
           }
-          const auto started = std::chrono::steady_clock::now();
+          const auto started = time->now();
           // Tool callbacks may run inline (the corpus); the sink only posts messages.
-          tools->call({name, exec->body, exec->tenant}, [sink, started](engines::ToolOutcome r) {
+          tools->call({name, exec->body, exec->tenant}, [sink, started,
+                                                         time](engines::ToolOutcome r) {
             if (!r) {
-              sink->on_error(r.error());  // a tool server's 503 stays a 503, Retry-After kept
+              // A tool server's 503 stays a 503, Retry-After kept.
+              sink->on_error(r.error());
               return;
             }
-            engines::EngineResult out;
-            out.body = r->output.dump();
-            out.finish_reason = "stop";
-            out.engine_time = std::chrono::steady_clock::now() - started;
-            sink->complete(std::move(out), std::move(r->writes));
+            sink->complete(engines::tool_result(*r, time->now() - started), std::move(r->writes));
           });
           return 0;
         }
@@ -229,7 +218,6 @@ behavior engine_actor(event_based_actor* self, std::shared_ptr<engines::Engine> 
 namespace {
 
 struct CslState {
-  SteadyClock clock;
   std::unique_ptr<csl::Store> store;
   std::shared_ptr<Counters> counters;
   std::shared_ptr<StatsBoard> board;
@@ -260,7 +248,7 @@ ServeReply to_reply(const csl::Hit& hit, bool promoted) {
 
 behavior csl_actor(stateful_actor<CslState>* self, CslConfig config,
                    std::shared_ptr<Counters> counters, std::shared_ptr<StatsBoard> board) {
-  self->state.store = std::make_unique<csl::Store>(self->state.clock, config.limits);
+  self->state.store = std::make_unique<csl::Store>(*config.clock, config.limits);
   self->state.counters = counters;
   self->state.board = std::move(board);
   self->state.publish();
@@ -270,18 +258,18 @@ behavior csl_actor(stateful_actor<CslState>* self, CslConfig config,
   return {
       // Probe (confirmed entries, when reuse is on), then promote (a shadow, when fills are
       // on). One message, so no write can fall between the two.
-      [=](serve_atom, const Hash128& name, bool probe, bool promote, bool keep) -> ServeReply {
+      [=](serve_atom, const Hash128& name, const ServeQuery& q) -> ServeReply {
         auto& store = *self->state.store;
         store.expire(64);
         ServeReply r;
-        if (probe)
+        if (q.probe)
           if (auto hit = store.probe(name)) r = to_reply(*hit, false);
-        if (!r.found && promote)
+        if (!r.found && q.promote)
           if (auto hit = store.promote(name)) {
             r = to_reply(*hit, true);
             // Without cross-request reuse a promoted result serves this demand only; the fill
             // chain built on it stays promotable (its later stages' demands come next).
-            if (!keep) store.retire(hit->ref);
+            if (!q.keep) store.retire(hit->ref);
           }
         self->state.publish();
         return r;
@@ -363,63 +351,13 @@ behavior csl_actor(stateful_actor<CslState>* self, CslConfig config,
   };
 }
 
-// -- timer ---------------------------------------------------------------------------------------
-
-namespace {
-
-struct TimerState {
-  struct Due {
-    caf::actor_addr to;
-    std::int32_t which = 0;
-  };
-  SteadyClock clock;
-  run::Deadlines<Due> deadlines;
-  std::optional<TimePoint> wake_at;  // the earliest wake-up on its way
-};
-
-// One wake-up message for the earliest deadline, however many are pending.
-void schedule_wake(stateful_actor<TimerState>* self) {
-  auto& st = self->state;
-  const auto next = st.deadlines.next();
-  if (!next || (st.wake_at && *st.wake_at <= *next)) return;
-  st.wake_at = *next;
-  self->delayed_send(self, std::max(Duration::zero(), *next - st.clock.now()), wake_atom::value);
-}
-
-}  // namespace
-
-behavior timer_actor(stateful_actor<TimerState>* self) {
-  return {
-      [=](arm_atom, std::uint64_t token, std::int64_t delay_ns, std::int32_t which) {
-        auto& st = self->state;
-        st.deadlines.add(
-            token, st.clock.now() + Duration(delay_ns),
-            TimerState::Due{caf::actor_cast<caf::actor_addr>(self->current_sender()), which});
-        schedule_wake(self);
-      },
-      [=](disarm_atom, std::uint64_t token) { self->state.deadlines.cancel(token); },
-      [=](wake_atom) {
-        auto& st = self->state;
-        st.wake_at.reset();
-        for (auto& d : st.deadlines.pop_due(st.clock.now()))
-          if (auto to = caf::actor_cast<caf::actor>(d.to))
-            self->send(to, expire_atom::value, d.which);
-        schedule_wake(self);
-      },
-  };
-}
-
-caf::actor spawn_timer_actor(event_based_actor* parent) {
-  return parent->spawn<linked>(timer_actor);
-}
-
 // -- pricing
 // ---------------------------------------------------------------------------------------
 
 namespace {
 
 struct PricingState {
-  SteadyClock clock;
+  std::shared_ptr<const TimeService> clock;
   std::shared_ptr<StatsBoard> board;
   std::unique_ptr<admission::Controller> controller;
   admission::CostModel costs;
@@ -428,33 +366,22 @@ struct PricingState {
   int decode_slots = 0;
   int canonical = 0;  // canonical requests in flight (own accounting)
 
-  // Canonical pressure from the accounting and the engines' latest snapshots.
+  // Canonical pressure from the accounting and the engines' latest snapshots (run/load.hpp).
   void observe() {
-    int slots = decode_slots, queued = 0, busy = 0;
-    double kv_total = 0;
-    for (const auto& e : engines) {
-      const auto s = e->load();
-      if (!s.valid) continue;
-      if (decode_slots == 0) slots += s.slots_total;
-      queued += s.queued;
-      busy += s.slots_busy;
-      kv_total += s.kv_total;
-    }
-    if (slots <= 0) slots = 64;
-    // The sim reports its pool in tokens; vLLM and SGLang only a used fraction (kv_total 1):
-    // for those the configured pool size (RuntimeConfig::kv_tokens) stands.
-    if (kv_total > 1000) costs.set_kv_tokens(kv_total);
-    // Canonical load: dynrt's own count of the canonical requests it runs, or what the engines
-    // report busy beyond dynrt's fills (pass-through traffic, other clients), whichever is more.
-    const int canonical_now = std::max(canonical, busy - controller->fills_in_flight());
-    controller->observe_load(std::min(1.0, static_cast<double>(canonical_now) / slots),
-                             std::min(1.0, static_cast<double>(queued) / slots));
+    std::vector<engines::LoadSnapshot> loads;
+    loads.reserve(engines.size());
+    for (const auto& e : engines)
+      loads.push_back(e->load());
+    const auto p = run::pressure_of(loads, decode_slots, canonical, controller->fills_in_flight());
+    // Otherwise the configured pool size (RuntimeConfig::kv_tokens) stands.
+    if (p.kv_tokens) costs.set_kv_tokens(*p.kv_tokens);
+    controller->observe_load(p.canonical, p.queued);
   }
 
   // After every message: the board is what Runtime::stats() reads.
   void publish() const {
     const auto& c = *controller;
-    board->publish(PricingSnapshot{c.stats(), c.envelope().envelope(clock.now()),
+    board->publish(PricingSnapshot{c.stats(), c.envelope().envelope(clock->now()),
                                    c.fills_in_flight(), c.kv_reserved(), c.open_branches()});
   }
 };
@@ -463,7 +390,8 @@ struct PricingState {
 
 behavior pricing_actor(stateful_actor<PricingState>* self, PricingConfig config) {
   auto& st = self->state;
-  st.controller = std::make_unique<admission::Controller>(st.clock, config.admission);
+  st.clock = config.clock;
+  st.controller = std::make_unique<admission::Controller>(*st.clock, config.admission);
   st.costs = admission::CostModel(config.costs);
   st.engines = std::move(config.engines);
   st.decode_slots = config.decode_slots;
@@ -474,7 +402,7 @@ behavior pricing_actor(stateful_actor<PricingState>* self, PricingConfig config)
         self->state.observe();
         const auto d = self->state.controller->open_branch(branch, coordinate);
         self->state.publish();
-        return GateReply{d.open, static_cast<int>(d.reason)};
+        return GateReply{d.open, d.reason};
       },
       [=](rank_atom, const Hash128& coordinate, const PredictorContextPtr& ctx) -> Strings {
         return self->state.frequency.rank(coordinate, *ctx);
@@ -501,13 +429,9 @@ behavior pricing_actor(stateful_actor<PricingState>* self, PricingConfig config)
       [=](setup_atom, std::uint64_t branch, std::int64_t setup_ns) {
         self->state.controller->charge_setup(branch, Duration(setup_ns));
       },
-      [=](learn_atom, std::uint64_t branch, const Hash128& coordinate, const std::string& selection,
-          std::int64_t rank, bool report) {
-        self->state.frequency.observe(coordinate, selection);
-        if (report)
-          self->state.controller->resolve(
-              branch, rank >= 0 ? std::optional<std::size_t>(static_cast<std::size_t>(rank))
-                                : std::nullopt);
+      [=](learn_atom, const Resolution& r) {
+        self->state.frequency.observe(r.coordinate, r.selection);
+        if (r.report) self->state.controller->resolve(r.branch, r.rank);
       },
       [=](usable_atom, std::uint64_t branch, std::uint64_t rank, bool consumed, double ms) {
         if (consumed)
@@ -528,8 +452,8 @@ behavior pricing_actor(stateful_actor<PricingState>* self, PricingConfig config)
       [=](credit_atom, std::uint64_t branch, double saved_ms) {
         self->state.controller->credit(branch, saved_ms);
       },
-      [=](cost_atom, const Hash128& stage, std::int64_t engine_ns, double tokens) {
-        self->state.costs.observe(stage, Duration(engine_ns), tokens);
+      [=](cost_atom, const run::CostSample& c) {
+        self->state.costs.observe(c.stage, c.engine_time, c.tokens);
       },
       [=](canon_atom, std::int32_t delta) {
         self->state.canonical = std::max(0, self->state.canonical + delta);
@@ -540,8 +464,9 @@ behavior pricing_actor(stateful_actor<PricingState>* self, PricingConfig config)
 }
 
 caf::actor spawn_engine_actor(event_based_actor* parent, std::shared_ptr<engines::Engine> engine,
-                              std::shared_ptr<engines::ToolEngine> tools) {
-  return parent->spawn<linked>(engine_actor, std::move(engine), std::move(tools));
+                              std::shared_ptr<engines::ToolEngine> tools,
+                              std::shared_ptr<const TimeService> time) {
+  return parent->spawn<linked>(engine_actor, std::move(engine), std::move(tools), std::move(time));
 }
 
 caf::actor spawn_csl_actor(event_based_actor* parent, CslConfig config,

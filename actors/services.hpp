@@ -24,22 +24,21 @@ namespace dynrt::actors {
 // submit() and cancel() return at once and completions arrive from the engine's thread.
 caf::actor spawn_engine_actor(caf::event_based_actor* parent,
                               std::shared_ptr<engines::Engine> engine,
-                              std::shared_ptr<engines::ToolEngine> tools);
+                              std::shared_ptr<engines::ToolEngine> tools,
+                              std::shared_ptr<const TimeService> time);
+
+// The one pass-through route: a call no template claims (untagged, an unknown workflow or
+// stage, a user stage) runs on its engine (or tool) as it is, and its answer goes straight to
+// `sink`. Callable from any thread; never blocks.
+void forward(const Services& services, const Request& request, std::shared_ptr<ReplySink> sink);
 
 struct CslConfig {
   csl::Limits limits;
+  std::shared_ptr<const Clock> clock;  // TTLs
 };
 // The csl and the pricing actor publish their statistics on `board` after every message.
 caf::actor spawn_csl_actor(caf::event_based_actor* parent, CslConfig config,
                            std::shared_ptr<Counters> counters, std::shared_ptr<StatsBoard> board);
-
-// Deadlines that do not keep their actor alive: (arm_atom, token, Duration delay, int32 which)
-// from an actor makes the timer send it (expire_atom, which) once `delay` has passed, unless
-// (disarm_atom, token) came first. It holds only the actor's weak address, and an actor that
-// ends disarms what it armed, so neither its memory nor anything of it outlives it (a delayed
-// message to oneself holds its receiver until it is delivered). Tokens are unique in the
-// process (Counters::next_id).
-caf::actor spawn_timer_actor(caf::event_based_actor* parent);
 
 struct PricingConfig {
   admission::AdmissionConfig admission;
@@ -47,6 +46,7 @@ struct PricingConfig {
   std::vector<std::shared_ptr<engines::Engine>> engines;  // load snapshots
   int decode_slots = 0;                                   // 0: from the engines' snapshots
   std::shared_ptr<StatsBoard> board;
+  std::shared_ptr<const TimeService> clock;  // the load envelope's window
 };
 caf::actor spawn_pricing_actor(caf::event_based_actor* parent, PricingConfig config);
 

@@ -29,7 +29,4 @@ struct WorkflowInit {
 
 caf::actor spawn_workflow_actor(caf::event_based_actor* parent, WorkflowInit init);
 
-// Runs a call on its engine with no actor in between: the answer goes straight to the sink.
-void pass_through(const Services& services, const DemandPtr& demand);
-
 }  // namespace dynrt::actors

@@ -67,6 +67,7 @@ TEST(FillBudget, ABurstOfRunsReturnsEveryReservationAndSpeculationGoesOn) {
   for (const auto& r : burst)
     ASSERT_TRUE(r.ok()) << r.error;
   expect_budget_returned(*rig.runtime, "after the burst");
+  rig.time->advance(o.settle_after);  // resolved branches nobody demanded settle now
   const auto s = await_stats(*rig.runtime, [](const auto& x) { return x.branches_open == 0; });
   EXPECT_EQ(s.branches_open, 0u) << "a branch the gate opened never settled";
 
@@ -86,15 +87,12 @@ TEST(FillBudget, ABurstOfRunsReturnsEveryReservationAndSpeculationGoesOn) {
 TEST(LiveRuns, AreBoundedAndTheLeastRecentlyActiveIsRetired) {
   auto w = bench::make_workload(graph("routing"), {31, 10, 1.0});
   Rig rig(w, RigOptions{});
-  rig.runtime.reset();  // rebuilt with a cap of three runs
-  RuntimeConfig cfg;
+  RuntimeConfig cfg;  // rebuilt with a cap of three runs
   cfg.engines.push_back({"sim", rig.engine, {}});
   cfg.tools = rig.corpus;
   cfg.template_paths = {"templates"};
   cfg.max_live_runs = 3;
-  auto rt = Runtime::create(cfg);
-  ASSERT_TRUE(rt.ok()) << rt.error().message;
-  rig.runtime = std::move(*rt);
+  rig.restart(cfg);
   for (const auto& run : w.runs)
     ASSERT_TRUE(rig.drive(run).ok());
   const auto s = await_stats(*rig.runtime, [](const auto& x) { return x.workflows_live <= 3; });
@@ -192,6 +190,8 @@ TEST(LiveRuns, QuietRunsExpireAndTheirIdsStartAfresh) {
   Rig rig(w, o);
   for (const auto& run : w.runs)
     ASSERT_TRUE(rig.drive(run).ok());
+  EXPECT_EQ(rig.runtime->stats().runs_expired, 0u);  // no time has passed
+  rig.time->advance(o.workflow_idle * 2);            // every run is quiet for the idle time
   const auto s = await_stats(*rig.runtime, [](const auto& x) { return x.workflows_live == 0; });
   EXPECT_EQ(s.workflows_live, 0u);
   EXPECT_EQ(s.runs_expired, w.runs.size());

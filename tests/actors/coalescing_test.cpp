@@ -47,6 +47,7 @@ struct CoRig {
   std::shared_ptr<engines::sim::SimEngine> sim = std::make_shared<engines::sim::SimEngine>(
       engines::sim::SimParams{}, engines::sim::Script{}, engines::sim::SimEngineOptions{0, "sim"});
   std::shared_ptr<HoldEngine> hold = std::make_shared<HoldEngine>(sim);
+  std::shared_ptr<ManualTime> time = std::make_shared<ManualTime>();  // waits end when told
   std::unique_ptr<Runtime> rt;
   json answer_body;  // what the template renders for stage `answer`, topic "x"
   json chat_body;
@@ -57,6 +58,7 @@ struct CoRig {
     cfg.engines.push_back({"hold", hold, {}});
     cfg.template_texts = {{"co.yaml", yaml}};
     cfg.reuse = reuse;
+    cfg.time = time;
     auto r = Runtime::create(cfg);
     EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
     rt = std::move(*r);
@@ -265,7 +267,10 @@ TEST(Coalescing, WaitersGiveUpAfterTheirBoundAndExecute) {
   auto leader = rig.call("lead");
   rig.hold->wait_held(1);
   auto waiter = rig.call("w");
-  rig.hold->wait_held(2);  // it joined, gave up after its bound, and ran alone
+  rig.wait_coalesced(1);
+  EXPECT_EQ(rig.hold->submitted(), 1u) << "no time has passed: it still waits";
+  rig.time->advance(std::chrono::milliseconds(1));
+  rig.hold->wait_held(2);  // it gave up after its bound and ran alone
   EXPECT_EQ(rig.rt->stats().wait_timeouts, 1u);
   rig.hold->release_all();
   const auto l = leader.get(), w = waiter.get();

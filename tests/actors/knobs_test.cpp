@@ -75,15 +75,15 @@ TEST(Knobs, PrivateFillsServeTheirOwnRun) {
 }
 
 TEST(Knobs, PrivateNamesDifferPerRunAndSharedNamesDoNot) {
-  actors::Switches shared;
-  actors::Switches priv;
+  run::Policy shared;
+  run::Policy priv;
   priv.private_fills = true;
   dsl::Stage stage;
   stage.fingerprint = xxh3_128("a stage");
   const nlohmann::json body = {{"model", "m"}, {"prompt", "a stage's rendered input"}};
   const Hash128 plain = reuse_name(stage.fingerprint, "/v1/completions", body);
-  auto name = [&](const actors::Switches& sw, const char* run) {
-    return actors::stage_name(sw, stage, "/v1/completions", body, Caller{}, run);
+  auto name = [&](const run::Policy& sw, const char* run) {
+    return run::stage_name(sw, stage, "/v1/completions", body, Caller{}, run);
   };
   EXPECT_EQ(name(shared, "run-1"), plain);
   EXPECT_EQ(name(shared, "run-2"), plain);
@@ -93,7 +93,7 @@ TEST(Knobs, PrivateNamesDifferPerRunAndSharedNamesDoNot) {
 }
 
 TEST(Knobs, NamesAreScopedByTenantUnlessTheStageIsShared) {
-  actors::Switches sw;
+  run::Policy sw;
   dsl::Stage stage;
   stage.fingerprint = xxh3_128("a stage");
   const nlohmann::json body = {{"model", "m"}, {"prompt", "the same input"}};
@@ -102,7 +102,7 @@ TEST(Knobs, NamesAreScopedByTenantUnlessTheStageIsShared) {
     Caller c;
     c.tenant = tenant;
     c.key = std::string(tenant) + "-key";
-    return actors::stage_name(sw, stage, "/v1/completions", body, c, "run");
+    return run::stage_name(sw, stage, "/v1/completions", body, c, "run");
   };
   EXPECT_EQ(name(""), plain);  // the default tenant: the names of a deployment without keys
   EXPECT_NE(name("acme"), plain);

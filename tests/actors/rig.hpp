@@ -9,6 +9,7 @@
 #include "engines/sim/engine.hpp"
 #include "engines/tools/corpus.hpp"
 #include "tests/actors/invariants.hpp"
+#include "tests/run/graphs.hpp"
 
 #include <gtest/gtest.h>
 
@@ -16,18 +17,6 @@
 #include <string>
 
 namespace dynrt::testing {
-
-inline const dsl::LintReport& shipped_templates() {
-  static const dsl::LintReport report = dsl::lint_paths({"templates"});
-  return report;
-}
-
-inline const dsl::TemplateGraph& graph(const std::string& workflow) {
-  for (const auto* g : shipped_templates().graphs())
-    if (g->workflow == workflow) return *g;
-  ADD_FAILURE() << "no shipped template " << workflow;
-  std::abort();
-}
 
 struct RigOptions {
   bool reuse = true;
@@ -44,6 +33,9 @@ struct Rig {
   bench::Workload workload;
   std::shared_ptr<engines::sim::SimEngine> engine;
   std::shared_ptr<engines::Corpus> corpus;
+  // The graph's clock: it moves only when a test says (advance), so settle deadlines, idle
+  // expiry, waits and TTLs happen when the test decides, never because the machine was slow.
+  std::shared_ptr<ManualTime> time = std::make_shared<ManualTime>();
   std::unique_ptr<Runtime> runtime;
 
   Rig(bench::Workload w, const RigOptions& o) : workload(std::move(w)) {
@@ -67,6 +59,7 @@ struct Rig {
     cfg.fanout = o.fanout;
     cfg.fill_depth = o.fill_depth;
     cfg.private_fills = o.private_fills;
+    cfg.time = time;
     auto rt = Runtime::create(cfg);
     EXPECT_TRUE(rt.ok()) << (rt.ok() ? "" : rt.error().message);
     runtime = std::move(*rt);
@@ -77,6 +70,14 @@ struct Rig {
 
   bench::RunResult drive(const bench::Run& run, const bench::DriveOptions& o = {}) {
     return bench::drive(*runtime, graph(workload.workflow), run, o);
+  }
+  // A runtime of the rig's own making (other limits), on the rig's clock.
+  void restart(RuntimeConfig cfg) {
+    runtime.reset();
+    cfg.time = time;
+    auto rt = Runtime::create(std::move(cfg));
+    EXPECT_TRUE(rt.ok()) << (rt.ok() ? "" : rt.error().message);
+    runtime = std::move(*rt);
   }
 };
 

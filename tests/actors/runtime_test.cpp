@@ -147,6 +147,7 @@ TEST(Runtime, IdleWorkflowsEnd) {
   Rig rig(w, o);
   for (const auto& run : w.runs)
     ASSERT_TRUE(rig.drive(run).ok());
+  rig.time->advance(o.workflow_idle * 2);
   // Waits for an event (the actors ending), bounded.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (rig.runtime->stats().workflows_live > 0 && std::chrono::steady_clock::now() < deadline)

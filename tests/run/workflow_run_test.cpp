@@ -1,10 +1,10 @@
-// WorkflowRun without an actor system: demands and completions in, Effects out, on the shipped
+// WorkflowRun without an actor system: demands and completions in, RunEffects out, on the shipped
 // templates (routing: a decode-window decision in a loop; hci: a user-window decision with
 // extracted candidates; subagent: template-wide limits).
-#include "actors/workflow_run.hpp"
+#include "run/workflow_run.hpp"
 
 #include "dsl/render.hpp"
-#include "tests/actors/rig.hpp"
+#include "tests/run/graphs.hpp"
 
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-namespace dynrt::actors {
+namespace dynrt::run {
 namespace {
 
 using branch::Outcome;
@@ -50,7 +50,7 @@ class WorkflowRunRouting : public ::testing::Test {
   const dsl::Stage& execute = *g->stage("execute");
   const dsl::DecisionId handler = g->decision("handler")->id;
 
-  Effects demand_router(WorkflowRun& run, const std::string& query) {
+  RunEffects demand_router(WorkflowRun& run, const std::string& query) {
     return run.demand(router, body(*g, "router", {{"query", query}}));
   }
   // Demands the router, opens the branch it asks for under `id`.
@@ -266,8 +266,8 @@ TEST_F(WorkflowRunRouting, ExecuteReadKeysRenderOnceTheHandlerIsBound) {
 
 TEST_F(WorkflowRunRouting, HandlerWaitsTheTemplatesWaitForAFill) {
   WorkflowRun run(g, true);
-  EXPECT_EQ(run.wait_of(handle), std::chrono::milliseconds(2000));
-  EXPECT_EQ(run.ttl_of(execute), std::chrono::seconds(600));
+  EXPECT_EQ(wait_of(*g, handle), std::chrono::milliseconds(2000));
+  EXPECT_EQ(ttl_of(*g, execute), std::chrono::seconds(600));
 }
 
 TEST_F(WorkflowRunRouting, SettledBranchIsNoLongerOpen) {
@@ -358,8 +358,8 @@ TEST_F(WorkflowRunHci, ActDemandCarriesTheUsersPickAndResolvesTheBranch) {
 
 TEST_F(WorkflowRunHci, ActWaitsTheTemplatesWaitForAFill) {
   WorkflowRun run(g, true);
-  EXPECT_EQ(run.wait_of(act), std::chrono::milliseconds(3000));
-  EXPECT_EQ(run.ttl_of(act), std::chrono::seconds(300));
+  EXPECT_EQ(wait_of(*g, act), std::chrono::milliseconds(3000));
+  EXPECT_EQ(ttl_of(*g, act), std::chrono::seconds(300));
 }
 
 // -- subagent: template-wide limits, outputs down a chain ------------------------------------
@@ -367,8 +367,8 @@ TEST_F(WorkflowRunHci, ActWaitsTheTemplatesWaitForAFill) {
 TEST(WorkflowRunSubagent, ResearchLivesAsLongAsTheTemplatesTtl) {
   const auto g = shared("subagent");
   WorkflowRun run(g, true);
-  EXPECT_EQ(run.ttl_of(*g->stage("research")), std::chrono::seconds(3600));
-  EXPECT_EQ(run.ttl_of(*g->stage("summarize")), std::chrono::seconds(3600));
+  EXPECT_EQ(ttl_of(*g, *g->stage("research")), std::chrono::seconds(3600));
+  EXPECT_EQ(ttl_of(*g, *g->stage("summarize")), std::chrono::seconds(3600));
 }
 
 TEST(WorkflowRunSubagent, OnlyStageOutputsHaveProducers) {
@@ -396,4 +396,4 @@ TEST(WorkflowRunSubagent, OnlyStageOutputsHaveProducers) {
 }
 
 }  // namespace
-}  // namespace dynrt::actors
+}  // namespace dynrt::run

@@ -1,16 +1,16 @@
-#include "actors/workflow_run.hpp"
+#include "run/workflow_run.hpp"
 
 #include "runtime/reuse_name.hpp"
 
 #include <algorithm>
 
-namespace dynrt::actors {
+namespace dynrt::run {
 
 using branch::Outcome;
 
 WorkflowRun::WorkflowRun(GraphPtr graph, bool fills) : graph_(std::move(graph)), fills_(fills) {}
 
-void WorkflowRun::open(const dsl::Decision& d, Effects& fx) {
+void WorkflowRun::open(const dsl::Decision& d, RunEffects& fx) {
   // A new repetition of the decision point supersedes the branch of the previous one.
   if (auto it = branches_.find(d.id); it != branches_.end()) {
     fx.abandon.push_back(it->second.id);
@@ -44,7 +44,8 @@ void WorkflowRun::settled(std::uint64_t id) {
     }
 }
 
-void WorkflowRun::resolve(const dsl::Decision& d, Outcome outcome, std::string value, Effects& fx) {
+void WorkflowRun::resolve(const dsl::Decision& d, Outcome outcome, std::string value,
+                          RunEffects& fx) {
   if (outcome == Outcome::selected) vars_[d.name] = value;
   BranchResolve r;
   r.decision = d.id;
@@ -57,8 +58,8 @@ void WorkflowRun::resolve(const dsl::Decision& d, Outcome outcome, std::string v
   fx.resolve.push_back(std::move(r));
 }
 
-Effects WorkflowRun::demand(const dsl::Stage& stage, const nlohmann::json& body) {
-  Effects fx;
+RunEffects WorkflowRun::demand(const dsl::Stage& stage, const nlohmann::json& body) {
+  RunEffects fx;
   const auto& g = *graph_;
   std::vector<std::string> bound;
   if (auto b = dsl::bind_request(stage, body)) {
@@ -83,9 +84,9 @@ Effects WorkflowRun::demand(const dsl::Stage& stage, const nlohmann::json& body)
   return fx;
 }
 
-Effects WorkflowRun::completed(const dsl::Stage& stage, std::string_view response,
-                               csl::EntryRef entry) {
-  Effects fx;
+RunEffects WorkflowRun::completed(const dsl::Stage& stage, std::string_view response,
+                                  csl::EntryRef entry) {
+  RunEffects fx;
   const auto& g = *graph_;
   auto doc = std::make_shared<nlohmann::json>(nlohmann::json::parse(response, nullptr, false));
   if (doc->is_discarded()) return fx;
@@ -172,33 +173,4 @@ std::optional<std::vector<std::string>> WorkflowRun::write_keys(const dsl::Stage
   return keys;
 }
 
-std::vector<csl::EntryRef> WorkflowRun::producers_of(const dsl::Stage& stage) const {
-  std::vector<csl::EntryRef> out;
-  for (const auto& var : stage.uses)
-    if (auto it = producers_.find(var); it != producers_.end())
-      if (std::find(out.begin(), out.end(), it->second) == out.end()) out.push_back(it->second);
-  return out;
-}
-
-const dsl::Decision* WorkflowRun::governing(const dsl::Stage& stage) const {
-  const dsl::Decision* found = nullptr;
-  for (const auto& d : graph_->decisions)
-    if (std::find(d.downstream.begin(), d.downstream.end(), stage.id) != d.downstream.end())
-      found = &d;
-  return found;
-}
-
-Duration WorkflowRun::ttl_of(const dsl::Stage& stage) const {
-  double seconds = graph_->limits.ttl_s;
-  if (const auto* d = governing(stage)) seconds = d->limits.ttl_s;
-  if (stage.ttl_s) seconds = *stage.ttl_s;
-  return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(seconds));
-}
-
-std::chrono::milliseconds WorkflowRun::wait_of(const dsl::Stage& stage) const {
-  int ms = graph_->limits.wait_ms;
-  if (const auto* d = governing(stage)) ms = d->limits.wait_ms;
-  return std::chrono::milliseconds(std::max(0, ms));
-}
-
-}  // namespace dynrt::actors
+}  // namespace dynrt::run

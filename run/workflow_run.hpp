@@ -1,8 +1,8 @@
 // The state of one workflow run, as the workflow actor owns it: the run's variables, which
 // library entry produced each, the latest output of each stage, and its open branches. Pure
 // (no CAF, no threads, no clock): the actor feeds it demands and completions and carries out
-// the Effects it returns (abandon, open and resolve branches), so the lifecycle rules are
-// tested without an actor system (tests/actors/workflow_run_test.cpp).
+// the RunEffects it returns (abandon, open and resolve branches), so the lifecycle rules are
+// tested without an actor system (tests/run/workflow_run_test.cpp).
 //
 // The rules:
 //   - a demand binds the variables its stage's `bind` reads from the request;
@@ -17,7 +17,8 @@
 //     frequency predictor learns from every resolution).
 #pragma once
 
-#include "actors/messages.hpp"
+#include "dsl/render.hpp"
+#include "run/stage.hpp"
 #include "runtime/branch/branch.hpp"
 
 #include <nlohmann/json.hpp>
@@ -29,7 +30,7 @@
 #include <string_view>
 #include <vector>
 
-namespace dynrt::actors {
+namespace dynrt::run {
 
 struct BranchOpen {
   dsl::DecisionId decision = dsl::kNoId;
@@ -46,7 +47,7 @@ struct BranchResolve {
   std::optional<std::uint64_t> branch;  // the open branch to tell, if there is one
 };
 
-struct Effects {
+struct RunEffects {
   std::vector<std::uint64_t> abandon;  // branches superseded by a new repetition
   std::vector<BranchResolve> resolve;  // selections, in order
   std::vector<BranchOpen> open;        // branches to open, after the above
@@ -56,8 +57,8 @@ class WorkflowRun {
  public:
   WorkflowRun(GraphPtr graph, bool fills);
 
-  Effects demand(const dsl::Stage& stage, const nlohmann::json& body);
-  Effects completed(const dsl::Stage& stage, std::string_view response, csl::EntryRef entry);
+  RunEffects demand(const dsl::Stage& stage, const nlohmann::json& body);
+  RunEffects completed(const dsl::Stage& stage, std::string_view response, csl::EntryRef entry);
 
   // The actor opened the branch `opens` asked for, under `id`.
   void opened(const BranchOpen& open, std::uint64_t id);
@@ -81,10 +82,10 @@ class WorkflowRun {
   // The record keys a canonical execution of `stage` writes (its `writes`), rendered.
   std::optional<std::vector<std::string>> write_keys(const dsl::Stage& stage) const;
   // The entries whose outputs rendered `stage`'s input.
-  std::vector<csl::EntryRef> producers_of(const dsl::Stage& stage) const;
-  // The life of `stage`'s stored results, and how long its demand waits for a fill.
-  Duration ttl_of(const dsl::Stage& stage) const;
-  std::chrono::milliseconds wait_of(const dsl::Stage& stage) const;
+  EntryRefs producers_of(const dsl::Stage& stage) const {
+    return run::producers_of(stage, producers_);
+  }
+  const dsl::TemplateGraph& graph() const { return *graph_; }
 
   const dsl::Bindings& vars() const { return vars_; }
   const Producers& producers() const { return producers_; }
@@ -96,9 +97,8 @@ class WorkflowRun {
     bool demanded = false;
     dsl::StageId first_stage = dsl::kNoId;
   };
-  void resolve(const dsl::Decision& d, branch::Outcome outcome, std::string value, Effects& fx);
-  void open(const dsl::Decision& d, Effects& fx);
-  const dsl::Decision* governing(const dsl::Stage& stage) const;
+  void resolve(const dsl::Decision& d, branch::Outcome outcome, std::string value, RunEffects& fx);
+  void open(const dsl::Decision& d, RunEffects& fx);
 
   GraphPtr graph_;
   bool fills_;
@@ -108,4 +108,4 @@ class WorkflowRun {
   std::map<dsl::DecisionId, Open> branches_;
 };
 
-}  // namespace dynrt::actors
+}  // namespace dynrt::run

@@ -1,0 +1,335 @@
+#include "run/demand_flow.hpp"
+
+#include <algorithm>
+#include <utility>
+
+namespace dynrt::run {
+
+using namespace demand;
+
+DemandFlow::DemandFlow(WorkflowRun& run, const Clock& clock, Config config)
+    : run_(run), clock_(clock), config_(std::move(config)) {}
+
+const dsl::Stage& DemandFlow::stage_of(const Pending& p) const {
+  return run_.graph().stages[p.stage];
+}
+
+DemandEffects DemandFlow::start(DemandId id, const dsl::Stage& stage, std::string endpoint,
+                                std::shared_ptr<const nlohmann::json> body) {
+  DemandEffects fx;
+  // Variables, a user's pick it carries, a branch it opens (before it runs, so fills overlap).
+  fx.push_back(Branches{run_.demand(stage, *body)});
+  Pending p;
+  p.stage = stage.id;
+  p.name = stage_name(config_.policy, stage, endpoint, *body, config_.caller, config_.run);
+  p.endpoint = std::move(endpoint);
+  p.body = std::move(body);
+  auto& q = pending_.insert_or_assign(id, std::move(p)).first->second;
+  const auto& policy = config_.policy;
+  if (reusable(stage) && (policy.reuse || policy.fills))
+    serve(id, q, true, fx);
+  else
+    execute(id, q, fx);
+  return fx;
+}
+
+void DemandFlow::serve(DemandId id, Pending& p, bool may_wait, DemandEffects& fx) {
+  const auto& policy = config_.policy;
+  // Whether to wait is decided when the answer comes: the fill may end meanwhile.
+  p.may_wait = may_wait;
+  fx.push_back(Probe{id, p.name, ServeQuery{policy.reuse, policy.fills, policy.reuse}});
+}
+
+DemandEffects DemandFlow::served(DemandId id, const std::optional<ServeReply>& reply) {
+  DemandEffects fx;
+  const auto it = pending_.find(id);
+  if (it == pending_.end()) return fx;
+  auto& p = it->second;
+  const bool may_wait = std::exchange(p.may_wait, false);
+  if (!reply) {
+    execute(id, p, fx);
+    return fx;
+  }
+  if (reply->found) {
+    from_library(id, *reply, fx);
+    return fx;
+  }
+  const auto f = fills_.find(p.name);
+  if (may_wait && config_.policy.fills && f != fills_.end()) {
+    // Its fill is running: wait for it, within the decision's bound.
+    f->second.waiters.push_back(id);
+    ++tally_.waits;
+    wait(id, p, wait_of(run_.graph(), stage_of(p)), fx);
+    return fx;
+  }
+  execute(id, p, fx);
+  return fx;
+}
+
+void DemandFlow::wait(DemandId id, Pending& p, std::chrono::milliseconds bound, DemandEffects& fx) {
+  const TimePoint now = clock_.now();
+  p.waiting_since = now;
+  p.wait = next_wait_++;
+  fx.push_back(ArmWait{id, p.wait, now + std::chrono::duration_cast<Duration>(bound)});
+}
+
+void DemandFlow::stop_waiting(DemandId id, Pending& p, DemandEffects& fx) {
+  if (!p.waiting_since) return;
+  p.waited_ms = ms_of(clock_.now() - *p.waiting_since);
+  p.waiting_since.reset();
+  if (p.joined != 0) {
+    fx.push_back(Leave{std::exchange(p.joined, 0), p.ticket});
+    return;
+  }
+  if (auto f = fills_.find(p.name); f != fills_.end()) {
+    auto& w = f->second.waiters;
+    w.erase(std::remove(w.begin(), w.end(), id), w.end());
+  }
+}
+
+void DemandFlow::execute(DemandId id, Pending& p, DemandEffects& fx) {
+  const auto& stage = stage_of(p);
+  p.store = false;
+  if (config_.policy.reuse && reusable(stage)) {
+    // The record keys it reads, rendered now; their versions are snapshotted before it runs,
+    // so a write during the execution makes the result stale at insert. The same step leads
+    // the execution or joins an identical one in flight (coalescing, csl/coalescer.hpp).
+    if (auto keys = run_.read_keys(stage, p.endpoint, *p.body)) {
+      p.store = true;
+      const auto bound = wait_of(run_.graph(), stage);
+      fx.push_back(Claim{id, p.name, read_records(stage, *keys, config_.caller),
+                         run_.producers_of(stage), p.may_join && bound.count() > 0});
+      return;
+    }
+  }
+  fx.push_back(Execute{id, !is_tool_endpoint(p.endpoint)});
+}
+
+DemandEffects DemandFlow::claimed(DemandId id, std::optional<ClaimReply> reply) {
+  DemandEffects fx;
+  const auto it = pending_.find(id);
+  if (it == pending_.end()) return fx;
+  auto& p = it->second;
+  if (!reply) {
+    p.store = false;
+    fx.push_back(Execute{id, !is_tool_endpoint(p.endpoint)});
+    return fx;
+  }
+  if (reply->found) {
+    from_library(id, reply->hit, fx);
+    return fx;
+  }
+  if (reply->kind == csl::ClaimKind::join) {
+    p.joined = reply->execution;
+    p.ticket = reply->ticket;
+    ++tally_.coalesced;
+    wait(id, p, wait_of(run_.graph(), stage_of(p)), fx);
+    return fx;
+  }
+  p.execution = reply->kind == csl::ClaimKind::lead ? reply->execution : 0;
+  p.reads = std::move(reply->reads);
+  fx.push_back(Execute{id, !is_tool_endpoint(p.endpoint)});
+  return fx;
+}
+
+void DemandFlow::land(Pending& p, Landed::Outcome outcome, const Reply& reply, DemandEffects& fx) {
+  if (p.execution == 0) return;
+  auto l = std::make_shared<Landed>();
+  l->outcome = outcome;
+  l->reply = reply;
+  fx.push_back(Land{std::exchange(p.execution, 0), std::move(l)});
+}
+
+DemandEffects DemandFlow::refused(DemandId id, Reply reply) {
+  DemandEffects fx;
+  const auto it = pending_.find(id);
+  if (it == pending_.end()) return fx;
+  land(it->second, Landed::Outcome::error, reply, fx);
+  answer(id, std::move(reply), fx);
+  return fx;
+}
+
+void DemandFlow::answer(DemandId id, Reply reply, DemandEffects& fx) {
+  if (pending_.erase(id) == 0) return;
+  fx.push_back(Answer{id, std::move(reply)});
+}
+
+void DemandFlow::completed(const dsl::Stage& stage, const std::string& response, csl::EntryRef ref,
+                           bool from_fill, std::uint64_t fill_branch, double saved_ms,
+                           double waited_ms, DemandEffects& fx) {
+  fx.push_back(Branches{run_.completed(stage, response, ref)});
+  bool first = false;
+  for (const auto& [branch, consumed] : run_.demanded(stage, from_fill, fill_branch)) {
+    first = first || (consumed && branch == fill_branch);
+    fx.push_back(Demanded{branch, consumed, saved_ms, waited_ms});
+  }
+  // A later stage of a fill chain (a read after its retrieve, an executor after its handler):
+  // the branch that filled it saved this too, so its return learns it (Eq. 4). The branch
+  // may have settled already; the controller revises a settled branch's return.
+  if (from_fill && !first && fill_branch != 0) fx.push_back(Credit{fill_branch, saved_ms});
+}
+
+void DemandFlow::from_library(DemandId id, const ServeReply& hit, DemandEffects& fx) {
+  const auto& p = pending_.at(id);
+  const auto& stage = stage_of(p);
+  const double saved_ms = ms_of(hit.cost);
+  tally_.saved += hit.cost;
+  Reply r;
+  r.body = *hit.bytes;
+  r.usage = {hit.usage.prompt_tokens, hit.usage.completion_tokens};
+  r.served = hit.promoted ? Served::fill : Served::cache;
+  const bool from_fill = hit.promoted && hit.provenance.origin == csl::Origin::fill;
+  const double waited = p.waited_ms;
+  answer(id, std::move(r), fx);
+  completed(stage, *hit.bytes, hit.ref, from_fill, hit.provenance.branch, saved_ms, waited, fx);
+}
+
+DemandEffects DemandFlow::landed(DemandId id, const Landed& l) {
+  DemandEffects fx;
+  const auto it = pending_.find(id);
+  if (it == pending_.end() || !it->second.waiting_since || it->second.joined == 0) return fx;
+  auto& p = it->second;
+  p.joined = 0;  // the library has forgotten it already
+  stop_waiting(id, p, fx);
+  switch (l.outcome) {
+    case Landed::Outcome::retry:
+      execute(id, p, fx);  // the first to claim again leads, the others join it
+      return fx;
+    case Landed::Outcome::error:
+      answer(id, l.reply, fx);
+      return fx;
+    case Landed::Outcome::result:
+      break;
+  }
+  const auto& stage = stage_of(p);
+  tally_.saved += l.cost;
+  const double waited = p.waited_ms;
+  Reply r = l.reply;
+  r.served = Served::cache;
+  answer(id, std::move(r), fx);
+  completed(stage, l.reply.body, l.ref, false, 0, ms_of(l.cost), waited, fx);
+  return fx;
+}
+
+DemandEffects DemandFlow::executed(DemandId id, const ExecResult& r) {
+  DemandEffects fx;
+  const auto it = pending_.find(id);
+  if (it == pending_.end()) return fx;
+  auto& p = it->second;
+  if (!is_tool_endpoint(p.endpoint)) fx.push_back(Unload{});
+  const auto& stage = stage_of(p);
+  if (!r.ok) {
+    auto e = error_reply(r.error);
+    // A client's disconnect must not fail the others: they claim again instead.
+    land(p,
+         r.error.kind == engines::ErrorKind::cancelled ? Landed::Outcome::retry
+                                                       : Landed::Outcome::error,
+         e, fx);
+    answer(id, std::move(e), fx);
+    return fx;
+  }
+  fx.push_back(Cost{cost_of(stage, r.result)});
+  Reply reply = to_reply(r.result);
+  if (p.store && reply.status == 200 && !storable(p.endpoint, r.result)) {
+    // Not a normal completion: its caller gets it as the engine sent it, but it is not stored,
+    // and the demands that joined it run themselves rather than be served it as `cache`.
+    land(p, Landed::Outcome::retry, reply, fx);
+    p.store = false;
+  }
+  const double waited = p.waited_ms;
+  if (!p.store || reply.status != 200) {
+    land(p, Landed::Outcome::error, reply, fx);
+    // A stage that writes records: its writes are in force before its answer goes out, so
+    // nothing that read the old versions is served after the caller learns of the write.
+    // The stage's template writes, and whatever records the tool reported writing.
+    auto writes = run_.write_keys(stage);
+    if (!writes) writes.emplace();
+    writes->insert(writes->end(), r.writes.begin(), r.writes.end());
+    if (reply.status == 200 && !writes->empty()) {
+      p.answer = std::move(reply);
+      fx.push_back(Write{id, write_records(*writes, config_.caller)});
+    } else {
+      answer(id, std::move(reply), fx);
+    }
+    completed(stage, r.result.body, {}, false, 0, 0, waited, fx);
+    return fx;
+  }
+  // Stored before the answer goes out, so the next stage's demand finds its producer.
+  auto in = std::make_shared<const csl::Insert>(
+      insert_of(p.name, r.result, std::move(p.reads), run_.producers_of(stage),
+                {csl::Origin::canonical, 0, 0}, ttl_of(run_.graph(), stage)));
+  Store s{id, in, std::exchange(p.execution, 0), nullptr};
+  if (s.execution != 0) {
+    auto l = std::make_shared<Landed>();
+    l->outcome = Landed::Outcome::result;
+    l->reply = reply;
+    l->cost = r.result.engine_time;
+    s.landed = std::move(l);
+  }
+  p.answer = std::move(reply);
+  p.response = std::shared_ptr<const std::string>(in, &in->bytes);
+  fx.push_back(std::move(s));
+  return fx;
+}
+
+DemandEffects DemandFlow::stored(DemandId id, const std::optional<csl::InsertResult>& res) {
+  DemandEffects fx;
+  const auto it = pending_.find(id);
+  if (it == pending_.end() || !it->second.answer) return fx;
+  auto& p = it->second;
+  const auto& stage = stage_of(p);
+  const auto ref = res && (res->status == csl::InsertStatus::stored ||
+                           res->status == csl::InsertStatus::duplicate)
+                       ? res->ref
+                       : csl::EntryRef{};
+  const double waited = p.waited_ms;
+  const auto response = p.response;
+  answer(id, std::move(*p.answer), fx);
+  completed(stage, *response, ref, false, 0, 0, waited, fx);
+  return fx;
+}
+
+DemandEffects DemandFlow::written(DemandId id) {
+  DemandEffects fx;
+  const auto it = pending_.find(id);
+  if (it == pending_.end() || !it->second.answer) return fx;
+  answer(id, std::move(*it->second.answer), fx);
+  return fx;
+}
+
+DemandEffects DemandFlow::fill_started(const Hash128& name, std::uint64_t fill) {
+  fills_[name].fill = fill;
+  return {};
+}
+
+DemandEffects DemandFlow::fill_ended(const Hash128& name, std::uint64_t fill, bool stored) {
+  DemandEffects fx;
+  const auto it = fills_.find(name);
+  if (it == fills_.end() || it->second.fill != fill) return fx;
+  const auto waiters = std::move(it->second.waiters);
+  fills_.erase(it);
+  for (const auto id : waiters) {
+    const auto p = pending_.find(id);
+    if (p == pending_.end()) continue;
+    stop_waiting(id, p->second, fx);
+    if (stored)
+      serve(id, p->second, false, fx);  // promote it now; no second wait
+    else
+      execute(id, p->second, fx);
+  }
+  return fx;
+}
+
+DemandEffects DemandFlow::wait_over(DemandId id, std::uint64_t wait) {
+  DemandEffects fx;
+  const auto it = pending_.find(id);
+  if (it == pending_.end() || !it->second.waiting_since || it->second.wait != wait) return fx;
+  auto& p = it->second;
+  stop_waiting(id, p, fx);
+  ++tally_.wait_timeouts;
+  p.may_join = false;  // runs now; it may still lead if nothing is in flight
+  execute(id, p, fx);
+  return fx;
+}
+
+}  // namespace dynrt::run

@@ -1,0 +1,27 @@
+#include "run/load.hpp"
+
+#include <algorithm>
+
+namespace dynrt::run {
+
+Pressure pressure_of(const std::vector<engines::LoadSnapshot>& loads, int configured_slots,
+                     int canonical, int fills) {
+  int slots = configured_slots, queued = 0, busy = 0;
+  double kv_total = 0;
+  for (const auto& s : loads) {
+    if (!s.valid) continue;
+    if (configured_slots == 0) slots += s.slots_total;
+    queued += s.queued;
+    busy += s.slots_busy;
+    kv_total += s.kv_total;
+  }
+  if (slots <= 0) slots = kDefaultDecodeSlots;
+  Pressure p;
+  if (kv_total > kKvTokensAtLeast) p.kv_tokens = kv_total;
+  const int canonical_now = std::max(canonical, busy - fills);
+  p.canonical = std::min(1.0, static_cast<double>(canonical_now) / slots);
+  p.queued = std::min(1.0, static_cast<double>(queued) / slots);
+  return p;
+}
+
+}  // namespace dynrt::run

@@ -1,0 +1,34 @@
+// The canonical load the pricing actor gives the admission controller, from the engines' load
+// snapshots and dynrt's own count of the canonical requests it runs. Pure.
+#pragma once
+
+#include "engines/engine.hpp"
+
+#include <optional>
+#include <vector>
+
+namespace dynrt::run {
+
+// Decode slots assumed when neither the configuration nor any engine says how many there are
+// (vLLM's default max_num_seqs is 256, llama.cpp's parallel slots a handful; 64 keeps one
+// canonical request from reading as a large share of an unknown engine).
+inline constexpr int kDefaultDecodeSlots = 64;
+// A KV pool reported larger than this is a pool in tokens (the simulated engine); vLLM and
+// SGLang report only a used fraction, against a total of 1.
+inline constexpr double kKvTokensAtLeast = 1000;
+
+struct Pressure {
+  double canonical = 0;  // the share of decode slots canonical requests hold, in [0, 1]
+  double queued = 0;     // the requests queued, as a share of the slots, in [0, 1]
+  // The engines' KV pool in tokens, when they report one (else the configured size stands).
+  std::optional<double> kv_tokens;
+};
+
+// `configured_slots` (0: from the snapshots), `canonical` (dynrt's own canonical requests in
+// flight) and `fills` (its fills in flight). Canonical load is dynrt's own count or what the
+// engines report busy beyond dynrt's fills (pass-through traffic, other clients), whichever is
+// more.
+Pressure pressure_of(const std::vector<engines::LoadSnapshot>& loads, int configured_slots,
+                     int canonical, int fills);
+
+}  // namespace dynrt::run

@@ -1,0 +1,56 @@
+// The canonical load the pricing actor observes, from the engines' snapshots (run/load.hpp).
+#include "run/load.hpp"
+
+#include <gtest/gtest.h>
+
+namespace dynrt::run {
+namespace {
+
+engines::LoadSnapshot snapshot(int busy, int total, int queued, double kv_total) {
+  engines::LoadSnapshot s;
+  s.slots_busy = busy;
+  s.slots_total = total;
+  s.queued = queued;
+  s.kv_total = kv_total;
+  s.valid = true;
+  return s;
+}
+
+TEST(Load, SlotsComeFromTheEnginesWhenNotConfigured) {
+  const auto p = pressure_of({snapshot(4, 16, 2, 1), snapshot(4, 16, 0, 1)}, 0, 0, 0);
+  EXPECT_DOUBLE_EQ(p.canonical, 8.0 / 32);
+  EXPECT_DOUBLE_EQ(p.queued, 2.0 / 32);
+}
+
+TEST(Load, ConfiguredSlotsWin) {
+  EXPECT_DOUBLE_EQ(pressure_of({snapshot(4, 16, 0, 1)}, 8, 0, 0).canonical, 0.5);
+}
+
+TEST(Load, UnknownSlotsFallBackToTheDefault) {
+  EXPECT_DOUBLE_EQ(pressure_of({}, 0, 16, 0).canonical, 16.0 / kDefaultDecodeSlots);
+  engines::LoadSnapshot invalid = snapshot(60, 64, 0, 1);
+  invalid.valid = false;  // not read yet: ignored
+  EXPECT_DOUBLE_EQ(pressure_of({invalid}, 0, 0, 0).canonical, 0);
+}
+
+TEST(Load, BusySlotsBeyondDynrtsFillsCountAsCanonical) {
+  // 10 busy, 6 of them dynrt's fills: 4 canonical from elsewhere, more than dynrt's own 2.
+  EXPECT_DOUBLE_EQ(pressure_of({snapshot(10, 20, 0, 1)}, 0, 2, 6).canonical, 4.0 / 20);
+  // dynrt's own count wins when the engines report less (a snapshot lags).
+  EXPECT_DOUBLE_EQ(pressure_of({snapshot(1, 20, 0, 1)}, 0, 5, 0).canonical, 5.0 / 20);
+}
+
+TEST(Load, PressureIsCappedAtOne) {
+  const auto p = pressure_of({snapshot(50, 20, 80, 1)}, 0, 0, 0);
+  EXPECT_DOUBLE_EQ(p.canonical, 1);
+  EXPECT_DOUBLE_EQ(p.queued, 1);
+}
+
+TEST(Load, OnlyAPoolInTokensReplacesTheConfiguredKvSize) {
+  EXPECT_FALSE(pressure_of({snapshot(0, 8, 0, 1)}, 0, 0, 0).kv_tokens);  // a fraction
+  EXPECT_EQ(pressure_of({snapshot(0, 8, 0, 90'000), snapshot(0, 8, 0, 10'000)}, 0, 0, 0).kv_tokens,
+            100'000);
+}
+
+}  // namespace
+}  // namespace dynrt::run
