@@ -293,10 +293,11 @@ struct HarnessCaches {
 
 class ProgressBar {
  public:
-  ProgressBar(std::ostream* out, std::string label, std::size_t total)
-      : out_(out), label_(std::move(label)), total_(total) {}
+  using Style = BenchOptions::ProgressStyle;
+  ProgressBar(std::ostream* out, Style style, std::string label, std::size_t total)
+      : out_(out), style_(style), label_(std::move(label)), total_(total) {}
   void show(std::size_t done) {
-    if (!out_ || done == shown_) return;
+    if (!out_ || style_ != Style::bar || done == shown_) return;
     shown_ = done;
     const std::size_t width = 24;
     const std::size_t filled = total_ ? done * width / total_ : width;
@@ -305,6 +306,12 @@ class ProgressBar {
   }
   void finish(const std::string& summary) {
     if (!out_) return;
+    if (style_ == Style::lines) {
+      *out_ << std::left << std::setw(34) << label_ << ' ' << total_ << '/' << total_ << "  "
+            << summary << '\n'
+            << std::flush;
+      return;
+    }
     shown_ = SIZE_MAX;
     show(total_);
     *out_ << "  " << summary << '\n' << std::flush;
@@ -312,6 +319,7 @@ class ProgressBar {
 
  private:
   std::ostream* out_;
+  Style style_;
   std::string label_;
   std::size_t total_;
   std::size_t shown_ = SIZE_MAX;
@@ -489,7 +497,7 @@ CellResult run_cell(const CellContext& cx) {
   std::atomic<std::size_t> done{0};
   std::mutex done_mutex;
   std::condition_variable done_cv;
-  ProgressBar bar(o.progress, cx.label, n);
+  ProgressBar bar(o.progress, o.progress_style, cx.label, n);
   std::vector<std::thread> threads;
   threads.reserve(n);
   const auto start = Clock::now() + std::chrono::milliseconds(5);

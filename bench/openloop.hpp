@@ -49,7 +49,11 @@ struct BenchOptions {
   bool sweeps = false;       // also the fanout, repeat-rate and unpredictable-trace runs
   std::string templates = "templates";
   std::string out_dir;               // empty: write nothing
-  std::ostream* progress = nullptr;  // a progress bar goes here when set
+  std::ostream* progress = nullptr;  // progress goes here when set
+  // A bar redrawn in place suits a terminal; a log or a pipe would get the whole bar anew on
+  // every update, so there each cell writes one plain line when it finishes.
+  enum class ProgressStyle { bar, lines };
+  ProgressStyle progress_style = ProgressStyle::bar;
 };
 
 struct CellResult {

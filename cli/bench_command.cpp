@@ -10,6 +10,8 @@
 #include <memory>
 #include <sstream>
 
+#include <unistd.h>
+
 namespace dynrt::cli {
 
 namespace {
@@ -41,6 +43,8 @@ int run_open_loop(const std::string& which, OpenLoopCli& cli) {
   o.sweeps = which == "all" && !cli.no_sweeps;
   o.out_dir = cli.out_dir;
   o.progress = cli.quiet ? nullptr : &std::cerr;
+  o.progress_style = isatty(STDERR_FILENO) ? bench::BenchOptions::ProgressStyle::bar
+                                           : bench::BenchOptions::ProgressStyle::lines;
   for (const auto& a : o.arms)
     if (std::find(bench::bench_arms().begin(), bench::bench_arms().end(), a) ==
         bench::bench_arms().end()) {
@@ -123,7 +127,9 @@ void add_open_loop(CLI::App& bench, const std::string& which, const std::string&
   cmd->add_flag("--no-plots", cli->no_plots, "Do not draw the PNG plots");
   cmd->add_option("--plot-script", cli->plot_script, "bench/plot.py to draw with")
       ->capture_default_str();
-  cmd->add_flag("--quiet", cli->quiet, "No progress bar");
+  cmd->add_flag("--quiet", cli->quiet,
+                "No progress on stderr (otherwise a bar on a terminal, and one line per "
+                "finished cell when stderr is a file or a pipe)");
   cmd->callback([cli, which, &run] { run = [cli, which] { return run_open_loop(which, *cli); }; });
 }
 

@@ -4,8 +4,7 @@
 #include "cli/commands.hpp"
 #include "dsl/lint.hpp"
 #include "dsl/report.hpp"
-#include "engines/openai/engine.hpp"
-#include "engines/sim/engine.hpp"
+#include "engines/factory.hpp"
 #include "engines/tools/corpus.hpp"
 #include "gateway/server.hpp"
 #include "gateway/tls.hpp"
@@ -19,7 +18,6 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -42,18 +40,10 @@ sigset_t control_signals() {
   return s;
 }
 
-struct EngineSpec {
-  std::string url = "sim";  // "sim" or http(s)://host:port
-  std::vector<std::string> models;
-  std::string flavor = "automatic";
-  int max_num_seqs = 256;
-  std::string api_key;  // sent to the engine as a bearer token
-};
-
 struct ServeOptions {
   std::vector<std::string> templates;
   std::vector<std::string> engine_flags;  // [MODEL,MODEL=]URL|sim
-  std::vector<EngineSpec> engines;
+  std::vector<engines::EngineSpec> engines;
   std::string config;
   std::string host = "127.0.0.1";
   int port = 8080;
@@ -82,8 +72,8 @@ struct ServeOptions {
 };
 
 // "qwen3-32b,qwen3-0.6b=http://vllm:8000", "http://vllm:8000" or "sim".
-EngineSpec parse_engine_flag(const std::string& flag) {
-  EngineSpec e;
+engines::EngineSpec parse_engine_flag(const std::string& flag) {
+  engines::EngineSpec e;
   const auto eq = flag.find('=');
   if (eq != std::string::npos && flag.find("://") > eq) {
     std::stringstream models(flag.substr(0, eq));
@@ -117,7 +107,7 @@ bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) 
     }
     if (const auto es = root["engines"]; es && !given("--engine")) {
       for (const auto& e : es) {
-        EngineSpec spec;
+        engines::EngineSpec spec;
         spec.url = e["url"].as<std::string>("sim");
         if (e["models"])
           for (const auto& m : e["models"])
@@ -232,7 +222,7 @@ int serve(ServeOptions o, const CLI::App& cmd) {
   if (!o.config.empty() && !load_config(o.config, o, cmd)) return kExitUsage;
   for (const auto& f : o.engine_flags)
     o.engines.push_back(parse_engine_flag(f));
-  if (o.engines.empty()) o.engines.push_back(EngineSpec{});
+  if (o.engines.empty()) o.engines.push_back(engines::EngineSpec{});
   if (o.tls_cert.empty() != o.tls_key.empty()) {
     std::cerr << "dynrt serve: TLS needs both a certificate and its key: give --tls-cert and "
                  "--tls-key (or listen.tls_cert and listen.tls_key), or neither for plain HTTP\n";
@@ -301,93 +291,23 @@ int serve(ServeOptions o, const CLI::App& cmd) {
   config.max_live_runs = o.max_live_runs;
   config.shared_stages = o.shared_stages;
   std::vector<std::string> models;
-  for (std::size_t i = 0; i < o.engines.size(); ++i) {
-    const auto& e = o.engines[i];
-    std::shared_ptr<engines::Engine> engine;
-    if (e.url == "sim") {
-      engines::sim::SimParams params;
-      params.slots = o.sim_slots;
-      engines::sim::Script script;
-      if (!o.script.empty()) {
-        auto loaded = engines::sim::Script::load(o.script);
-        if (!loaded) {
-          std::cerr << "dynrt serve: " << loaded.error().message << "\n";
-          return kExitUsage;
-        }
-        script = std::move(*loaded);
-      }
-      engines::sim::SimEngineOptions so;
-      so.time_scale = o.time_scale;
-      so.name = "sim";
-      engine = std::make_shared<engines::sim::SimEngine>(params, std::move(script), so);
-    } else if (e.url.rfind("http://", 0) == 0 || e.url.rfind("https://", 0) == 0) {
-      engines::OpenAiOptions oo;
-      oo.base_url = e.url;
-      while (!oo.base_url.empty() && oo.base_url.back() == '/')
-        oo.base_url.pop_back();
-      if (oo.base_url.size() >= 3 && oo.base_url.compare(oo.base_url.size() - 3, 3, "/v1") == 0)
-        oo.base_url.resize(oo.base_url.size() - 3);
-      oo.max_num_seqs = e.max_num_seqs;
-      oo.api_key = e.api_key;
-      oo.name = e.url;
-      const std::string& f = e.flavor;
-      if (f == "vllm")
-        oo.flavor = engines::EngineFlavor::vllm;
-      else if (f == "sglang")
-        oo.flavor = engines::EngineFlavor::sglang;
-      else if (f == "llamacpp")
-        oo.flavor = engines::EngineFlavor::llamacpp;
-      else if (f == "generic")
-        oo.flavor = engines::EngineFlavor::generic;
-      else if (f != "automatic") {
-        std::cerr << "dynrt serve: engine " << e.url << ": unknown flavor \"" << f
-                  << "\" (vllm, sglang, llamacpp, generic or automatic)\n";
-        return kExitUsage;
-      }
-      engine = std::make_shared<engines::OpenAiEngine>(oo);
-    } else {
-      std::cerr << "dynrt serve: --engine \"" << e.url
-                << "\" is neither sim nor an http:// or https:// URL\n";
+  const engines::SimSpec sim{o.sim_slots, o.time_scale, o.script};
+  for (const auto& e : o.engines) {
+    auto engine = engines::make_engine(e, sim);
+    if (!engine) {
+      std::cerr << "dynrt serve: " << engine.error().message << "\n";
       return kExitUsage;
     }
-    config.engines.push_back({e.url, engine, e.models});
+    config.engines.push_back({e.url, std::move(*engine), e.models});
     models.insert(models.end(), e.models.begin(), e.models.end());
   }
   if (!o.corpus.empty()) {
-    std::ifstream in(o.corpus);
-    const auto doc = nlohmann::json::parse(in, nullptr, false);
-    if (!in.good() && !in.eof()) {
-      std::cerr << "dynrt serve: cannot read " << o.corpus << "\n";
-      return kExitUsage;
-    }
-    if (doc.is_discarded() || !doc.is_object() || !doc.contains("documents") ||
-        !doc.contains("tools") || !doc["tools"].is_object()) {
-      std::cerr << "dynrt serve: " << o.corpus
-                << ": expected {\"documents\": [{\"key\", \"text\"}...], \"tools\": {\"name\": "
-                   "\"key template\"}}\n";
-      return kExitUsage;
-    }
-    auto corpus = engines::Corpus::from_json(doc["documents"]);
+    auto corpus = engines::load_corpus(o.corpus);
     if (!corpus) {
-      std::cerr << "dynrt serve: " << o.corpus << ": " << corpus.error().message << "\n";
+      std::cerr << "dynrt serve: " << corpus.error().message << "\n";
       return kExitUsage;
     }
-    for (const auto& [name, key] : doc["tools"].items()) {
-      if (!key.is_string()) {
-        std::cerr << "dynrt serve: " << o.corpus << ": tool " << name << " needs a key template\n";
-        return kExitUsage;
-      }
-      if (!engines::scoped_key_template(key.get<std::string>())) {
-        std::cerr << "dynrt serve: " << o.corpus << ": tool " << name
-                  << ": error[unscoped-record-key]: "
-                  << "the key template " << key.dump()
-                  << " starts with a placeholder, so a caller's argument could name any record; "
-                     "begin it with a literal prefix such as \"page:\"\n";
-        return kExitUsage;
-      }
-      (*corpus)->add_tool(name, {engines::Corpus::Kind::lookup, key.get<std::string>()});
-    }
-    config.tools = *corpus;
+    config.tools = std::move(*corpus);
   }
 
   auto runtime = Runtime::create(config);

@@ -11,8 +11,6 @@
 #include "dsl/template_graph.hpp"
 #include "dsl/yaml.hpp"
 
-#include <nlohmann/json.hpp>
-
 #include <optional>
 
 namespace dynrt::dsl {
@@ -20,8 +18,5 @@ namespace dynrt::dsl {
 // nullopt only when the document is not a mapping at all.
 std::optional<TemplateGraph> compile_template(const SourceFile& file, const yaml::Node& root,
                                               DiagnosticSink& sink);
-
-// A YAML value as JSON under the YAML 1.2 core schema (plain `1` is a number, `"1"` a string).
-nlohmann::json to_json(const yaml::Node& node);
 
 }  // namespace dynrt::dsl

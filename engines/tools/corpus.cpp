@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <fstream>
 #include <set>
 #include <sstream>
 
@@ -174,6 +175,31 @@ Expected<ToolResult> Corpus::run(const ToolCall& call) {
     }
   }
   return make_error("unknown tool kind");
+}
+
+Expected<std::shared_ptr<Corpus>> load_corpus(const std::string& path) {
+  std::ifstream in(path);
+  const auto doc = json::parse(in, nullptr, false);
+  if (!in.good() && !in.eof()) return make_error("cannot read " + path);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("documents") ||
+      !doc.contains("tools") || !doc["tools"].is_object()) {
+    return make_error(path +
+                      ": expected {\"documents\": [{\"key\", \"text\"}...], \"tools\": "
+                      "{\"name\": \"key template\"}}");
+  }
+  auto corpus = Corpus::from_json(doc["documents"]);
+  if (!corpus) return make_error(path + ": " + corpus.error().message);
+  for (const auto& [name, key] : doc["tools"].items()) {
+    if (!key.is_string()) return make_error(path + ": tool " + name + " needs a key template");
+    if (!scoped_key_template(key.get<std::string>())) {
+      return make_error(path + ": tool " + name +
+                        ": error[unscoped-record-key]: " + "the key template " + key.dump() +
+                        " starts with a placeholder, so a caller's argument could name any "
+                        "record; begin it with a literal prefix such as \"page:\"");
+    }
+    (*corpus)->add_tool(name, {Corpus::Kind::lookup, key.get<std::string>()});
+  }
+  return corpus;
 }
 
 }  // namespace dynrt::engines

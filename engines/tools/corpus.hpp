@@ -55,6 +55,11 @@ class Corpus final : public ToolEngine {
 // linter's unscoped-record-key for templates' reads and writes).
 bool scoped_key_template(std::string_view key_template);
 
+// Reads a corpus file, {"documents": [{"key", "text"}...], "tools": {"name": "key template"}}:
+// the documents, and a lookup tool per entry of `tools` (each key template must be scoped).
+// Errors name the file.
+Expected<std::shared_ptr<Corpus>> load_corpus(const std::string& path);
+
 // Renders "{{name}}" placeholders from string (or number) arguments; errors name the missing one.
 Expected<std::string> render_key(std::string_view key_template, const nlohmann::json& arguments);
 

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <functional>
 #include <future>
+#include <ostream>
 #include <thread>
 
 namespace dynrt::testing {
@@ -169,6 +170,12 @@ struct FaultCase {
   int status;   // what the canonical call gets
   std::function<void(engines::OpenAiOptions&)> tune;
 };
+
+// What GetParam() prints when a case fails: its name and what it expects, not its bytes.
+void PrintTo(const FaultCase& c, std::ostream* os) {
+  *os << c.name << " (canonical call " << (c.stream ? "streams" : "does not stream") << ", expects "
+      << c.status << ")";
+}
 
 class FailedFills : public ::testing::TestWithParam<FaultCase> {};
 

@@ -70,8 +70,6 @@ TEST(Knobs, PrivateFillsServeTheirOwnRun) {
   o.private_fills = true;
   const auto out = drive_and_compare("routing", o);
   EXPECT_EQ(out.stats.served_fill, 4u);
-  for (auto sv : out.served)
-    std::cerr << to_string(sv) << " ";
 }
 
 TEST(Knobs, PrivateNamesDifferPerRunAndSharedNamesDoNot) {

@@ -124,7 +124,8 @@ TEST_P(ValueEquivalence, StreamedAnswersCarryTheSameText) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Templates, ValueEquivalence,
-                         ::testing::Values("routing", "react", "subagent", "hci"));
+                         ::testing::Values("routing", "react", "subagent", "hci"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 // Routing: while the router decodes its ~260-token reasoning, the selected handler's fill and
 // its executor's run; both demands are promoted with no engine work and no wait.

@@ -6,8 +6,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ostream>
 
 namespace dynrt::branch {
+
+// Parameters name their outcome ("ambiguous"), not its bytes. Internal linkage: found by
+// argument-dependent lookup from this file's instantiations only.
+static void PrintTo(Outcome o, std::ostream* os) {
+  *os << to_string(o);
+}
+
 namespace {
 
 using std::chrono::milliseconds;

@@ -1,0 +1,59 @@
+#include "engines/factory.hpp"
+
+#include "engines/openai/engine.hpp"
+#include "engines/sim/engine.hpp"
+
+namespace dynrt::engines {
+
+namespace {
+
+Expected<std::shared_ptr<Engine>> make_sim_engine(const SimSpec& sim) {
+  sim::SimParams params;
+  params.slots = sim.slots;
+  sim::Script script;
+  if (!sim.script.empty()) {
+    auto loaded = sim::Script::load(sim.script);
+    if (!loaded) return loaded.error();
+    script = std::move(*loaded);
+  }
+  sim::SimEngineOptions so;
+  so.time_scale = sim.time_scale;
+  so.name = "sim";
+  return std::shared_ptr<Engine>(std::make_shared<sim::SimEngine>(params, std::move(script), so));
+}
+
+Expected<std::shared_ptr<Engine>> make_openai_engine(const EngineSpec& e) {
+  OpenAiOptions oo;
+  oo.base_url = e.url;
+  while (!oo.base_url.empty() && oo.base_url.back() == '/')
+    oo.base_url.pop_back();
+  if (oo.base_url.size() >= 3 && oo.base_url.compare(oo.base_url.size() - 3, 3, "/v1") == 0)
+    oo.base_url.resize(oo.base_url.size() - 3);
+  oo.max_num_seqs = e.max_num_seqs;
+  oo.api_key = e.api_key;
+  oo.name = e.url;
+  const std::string& f = e.flavor;
+  if (f == "vllm")
+    oo.flavor = EngineFlavor::vllm;
+  else if (f == "sglang")
+    oo.flavor = EngineFlavor::sglang;
+  else if (f == "llamacpp")
+    oo.flavor = EngineFlavor::llamacpp;
+  else if (f == "generic")
+    oo.flavor = EngineFlavor::generic;
+  else if (f != "automatic")
+    return make_error("engine " + e.url + ": unknown flavor \"" + f +
+                      "\" (vllm, sglang, llamacpp, generic or automatic)");
+  return std::shared_ptr<Engine>(std::make_shared<OpenAiEngine>(oo));
+}
+
+}  // namespace
+
+Expected<std::shared_ptr<Engine>> make_engine(const EngineSpec& spec, const SimSpec& sim) {
+  if (spec.url == "sim") return make_sim_engine(sim);
+  if (spec.url.rfind("http://", 0) == 0 || spec.url.rfind("https://", 0) == 0)
+    return make_openai_engine(spec);
+  return make_error("engine \"" + spec.url + "\" is neither sim nor an http:// or https:// URL");
+}
+
+}  // namespace dynrt::engines

@@ -1,0 +1,36 @@
+// Engines from a description: what `dynrt serve` reads from its flags and configuration file
+// (or any embedder from its own) becomes a running Engine here, so that the choice of adapter
+// and the translation of its settings live with the engines, not with their callers. The
+// callers bind the result into their runtime. Errors name the engine and what is wrong with
+// it; nothing is started on an error. Call from any thread.
+#pragma once
+
+#include "engines/engine.hpp"
+#include "runtime/expected.hpp"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dynrt::engines {
+
+// One engine: the embedded simulated engine or an OpenAI-compatible server.
+struct EngineSpec {
+  std::string url = "sim";  // "sim" or http(s)://host:port (a trailing / or /v1 is dropped)
+  std::vector<std::string> models;
+  std::string flavor = "automatic";  // vllm, sglang, llamacpp, generic or automatic
+  int max_num_seqs = 256;
+  std::string api_key;  // sent to the engine as a bearer token
+};
+
+// How every `sim` engine runs.
+struct SimSpec {
+  int slots = 64;            // decode slots
+  double time_scale = 1000;  // real milliseconds per simulated second; 0: as fast as possible
+  std::string script;        // response script (JSON lines); empty: none
+};
+
+// A new engine as `spec` says; `sim` applies to a spec whose url is "sim".
+Expected<std::shared_ptr<Engine>> make_engine(const EngineSpec& spec, const SimSpec& sim);
+
+}  // namespace dynrt::engines
