@@ -1,5 +1,7 @@
 #include "actors/reply.hpp"
 
+#include "engines/openai/error_body.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -261,12 +263,7 @@ std::vector<std::string> replay_chunks(std::string_view endpoint, std::string_vi
 }
 
 std::string error_body(std::string_view message, std::string_view type, int code) {
-  ordered_json j;
-  j["error"] = {{"message", std::string(message)},
-                {"type", std::string(type)},
-                {"param", nullptr},
-                {"code", code}};
-  return j.dump();
+  return engines::openai_error_body(message, type, code);
 }
 
 Reply error_reply(int status, std::string_view type, std::string message) {
