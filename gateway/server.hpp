@@ -87,7 +87,4 @@ class Gateway {
   std::unique_ptr<Impl> impl_;
 };
 
-// The Runtime's statistics in Prometheus text format (what GET /metrics answers).
-std::string prometheus_text(const RuntimeStats& stats);
-
 }  // namespace dynrt::gateway
