@@ -1,5 +1,6 @@
 #include "actors/reply.hpp"
 
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>

@@ -117,7 +117,12 @@ int main(int argc, char** argv) {
   engines::sim::SimEngine sim({}, {}, so);
   engines::sim::SimServerOptions sso;
   sso.threads = 1;
-  engines::sim::SimServer sim_server(sim, sso);
+  auto sim_created = engines::sim::SimServer::create(sim, sso);
+  if (!sim_created) {
+    std::fprintf(stderr, "%s\n", sim_created.error().message.c_str());
+    return 1;
+  }
+  const std::unique_ptr<engines::sim::SimServer> sim_server = std::move(sim_created).value();
 
   const std::string tmpl = R"(version: 1
 workflow: bench
@@ -135,7 +140,7 @@ stages:
   auto corpus = *engines::Corpus::from_json(json::array({{{"key", "doc:a"}, {"text", "Alpha."}}}));
   corpus->add_tool("lookup", {engines::Corpus::Kind::lookup, "doc:{{entity}}"});
   engines::OpenAiOptions oo;
-  oo.base_url = "http://127.0.0.1:" + std::to_string(sim_server.port());
+  oo.base_url = "http://127.0.0.1:" + std::to_string(sim_server->port());
   oo.flavor = engines::EngineFlavor::vllm;
   RuntimeConfig cfg;
   cfg.engines.push_back({"sim", std::make_shared<engines::OpenAiEngine>(oo), {}});
@@ -149,13 +154,18 @@ stages:
   auto rt = std::move(created.value());
   gateway::GatewayOptions go;
   go.threads = 2;
-  gateway::Gateway gw(*rt, go);
+  auto created_gw = gateway::Gateway::create(*rt, go);
+  if (!created_gw) {
+    std::fprintf(stderr, "%s\n", created_gw.error().message.c_str());
+    return 1;
+  }
+  const std::unique_ptr<gateway::Gateway> gw = std::move(created_gw).value();
 
   if (what == "latency" || what == "all") {
-    paced(sim_server.port(), 500, "");  // warm-up
-    const auto direct = paced(sim_server.port(), 5000, "");
-    paced(gw.port(), 500, "");
-    const auto through = paced(gw.port(), 5000, "");
+    paced(sim_server->port(), 500, "");  // warm-up
+    const auto direct = paced(sim_server->port(), 5000, "");
+    paced(gw->port(), 500, "");
+    const auto through = paced(gw->port(), 5000, "");
     std::printf("paced 1,000/s, 5,000 calls   p50 %.0f us  p99 %.0f us  (engine server directly)\n",
                 pct(direct, 0.5), pct(direct, 0.99));
     std::printf("                             p50 %.0f us  p99 %.0f us  (through the gateway)\n",
@@ -178,24 +188,29 @@ stages:
     }
     gateway::GatewayOptions ao = go;
     ao.auth = std::make_shared<gateway::Authenticator>(std::move(*ring));
-    gateway::Gateway authed(*rt, ao);
+    auto created_authed = gateway::Gateway::create(*rt, ao);
+    if (!created_authed) {
+      std::fprintf(stderr, "%s\n", created_authed.error().message.c_str());
+      return 1;
+    }
+    const std::unique_ptr<gateway::Gateway> authed = std::move(created_authed).value();
     const std::string bearer = "Authorization: Bearer sk-bench-99\r\n";
-    paced(gw.port(), 500, "");
-    const auto open = paced(gw.port(), 5000, "");
-    paced(authed.port(), 500, bearer);
-    const auto keyed = paced(authed.port(), 5000, bearer);
+    paced(gw->port(), 500, "");
+    const auto open = paced(gw->port(), 5000, "");
+    paced(authed->port(), 500, bearer);
+    const auto keyed = paced(authed->port(), 5000, bearer);
     std::printf("paced 1,000/s, 5,000 calls   p50 %.0f us  p99 %.0f us  (gateway without keys)\n",
                 pct(open, 0.5), pct(open, 0.99));
     std::printf("                             p50 %.0f us  p99 %.0f us  (gateway with 100 keys)\n",
                 pct(keyed, 0.5), pct(keyed, 0.99));
     std::printf("added by authentication      p50 %.0f us  p99 %.0f us\n",
                 pct(keyed, 0.5) - pct(open, 0.5), pct(keyed, 0.99) - pct(open, 0.99));
-    authed.stop();
+    authed->stop();
   }
   if (what == "hits" || what == "all") {
     const std::string body = json{{"entity", "a"}}.dump();
     {
-      Client c(gw.port());  // the first call executes and stores the entry
+      Client c(gw->port());  // the first call executes and stores the entry
       c.post("/v1/dynrt/tools/lookup", body,
              "X-DynRT-Workflow: bench\r\nX-DynRT-Workflow-Id: warm\r\nX-DynRT-Stage: lookup\r\n");
     }
@@ -204,7 +219,7 @@ stages:
     std::vector<std::thread> pool;
     for (int t = 0; t < connections; ++t)
       pool.emplace_back([&, t] {
-        Client c(gw.port());
+        Client c(gw->port());
         const std::string h = "X-DynRT-Workflow: bench\r\nX-DynRT-Workflow-Id: c" +
                               std::to_string(t) + "\r\nX-DynRT-Stage: lookup\r\n";
         while (!stop)
@@ -224,7 +239,7 @@ stages:
         secs, static_cast<unsigned long long>(failed.load()),
         static_cast<unsigned long long>(st.served_cache));
   }
-  gw.stop();
+  gw->stop();
   rt->shutdown();
   return 0;
 }

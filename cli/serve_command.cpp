@@ -310,7 +310,7 @@ int serve(ServeOptions o, const CLI::App& cmd) {
     config.tools = std::move(*corpus);
   }
 
-  auto runtime = Runtime::create(config);
+  auto runtime = Runtime::create(config, report);  // linted once, above
   if (!runtime) {
     std::cerr << "dynrt serve: " << runtime.error().message << "\n";
     return kExitFindings;
@@ -336,13 +336,12 @@ int serve(ServeOptions o, const CLI::App& cmd) {
   go.models = models;
   if (auth->enabled()) go.auth = auth;
   if (go.models.empty() && o.engines.front().url == "sim") go.models = {"sim"};
-  std::unique_ptr<gateway::Gateway> gw;
-  try {
-    gw = std::make_unique<gateway::Gateway>(**runtime, go);
-  } catch (const std::exception& e) {
-    std::cerr << "dynrt serve: " << e.what() << "\n";
+  auto created = gateway::Gateway::create(**runtime, go);
+  if (!created) {
+    std::cerr << "dynrt serve: " << created.error().message << "\n";
     return 1;
   }
+  const std::unique_ptr<gateway::Gateway> gw = std::move(*created);
   std::printf("dynrt listening on %s://%s:%u (%s; reuse %s, fills %s; %s)\n",
               gw->tls() ? "https" : "http", o.host.c_str(), static_cast<unsigned>(gw->port()),
               o.engines.front().url.c_str(), o.no_reuse ? "off" : "on", o.no_fills ? "off" : "on",

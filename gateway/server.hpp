@@ -27,8 +27,10 @@
 // With a certificate and key (GatewayOptions::tls_cert, tls_key) it accepts only TLS (1.2 or
 // later) and everything above holds over TLS; the handshake must finish within header_timeout.
 //
-// Asynchronous on Boost.Asio/Beast with a small fixed pool of I/O threads, never a thread per
-// request; Runtime callbacks are posted to each connection's strand.
+// HTTP itself (keep-alive, deadlines, limits, server-sent events, the connection cap, a fixed
+// pool of I/O threads, never a thread per request) is the server core's,
+// engines/http/server_core.hpp; Runtime callbacks are posted to each connection's strand. GET
+// /metrics is written by gateway/metrics.hpp.
 #pragma once
 
 #include "actors/runtime.hpp"
@@ -64,9 +66,11 @@ struct GatewayOptions {
 
 class Gateway {
  public:
-  // Listens at once; throws std::runtime_error naming the address when it cannot, or naming
-  // the file and what is wrong with it when the TLS certificate or key is unusable.
-  Gateway(Runtime& runtime, GatewayOptions options);
+  // Listens at once. The error says what is wrong: a certificate without its key (or the other
+  // way round), the certificate or key file and what is wrong with it (gateway/tls.hpp), or the
+  // address it cannot listen on and why ("cannot listen on HOST:PORT: not an IP address", or
+  // the OS's reason, "Address already in use").
+  static Expected<std::unique_ptr<Gateway>> create(Runtime& runtime, GatewayOptions options);
   ~Gateway();  // stops
   Gateway(const Gateway&) = delete;
   Gateway& operator=(const Gateway&) = delete;
@@ -84,10 +88,9 @@ class Gateway {
   struct Impl;
 
  private:
+  Gateway(Runtime& runtime, GatewayOptions options);
+
   std::unique_ptr<Impl> impl_;
 };
-
-// The Runtime's statistics in Prometheus text format (what GET /metrics answers).
-std::string prometheus_text(const RuntimeStats& stats);
 
 }  // namespace dynrt::gateway

@@ -6,6 +6,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 
 #include <cerrno>
 #include <cstring>
@@ -55,6 +57,29 @@ std::string describe(const X509* cert) {
   BIO_free(out);
   return s;
 }
+
+namespace beast = boost::beast;
+namespace net = boost::asio;
+
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
+class TlsTransport final : public engines::BeastTransport<TlsStream> {
+ public:
+  TlsTransport(net::ip::tcp::socket socket, std::shared_ptr<net::ssl::context> context)
+      : BeastTransport(TlsStream(std::move(socket), *context)), context_(std::move(context)) {}
+
+  bool secure() const override { return true; }
+  void handshake(Done done) override {
+    stream_.async_handshake(net::ssl::stream_base::server, std::move(done));
+  }
+  void shutdown(Done done) override { stream_.async_shutdown(std::move(done)); }
+  bool client_closed(const beast::error_code& ec) const override {
+    return ec == net::ssl::error::stream_truncated || BeastTransport::client_closed(ec);
+  }
+
+ private:
+  std::shared_ptr<net::ssl::context> context_;
+};
 
 // An encrypted key would make OpenSSL ask for its passphrase on the terminal; refuse it instead.
 int no_passphrase(char*, int, int, void*) {
@@ -121,6 +146,11 @@ Expected<TlsContext> load_tls_context(const std::string& cert_file, const std::s
   if (X509_cmp_current_time(X509_get0_notAfter(leaf)) < 0)
     return make_error("the TLS certificate " + cert_file + " has expired (" + describe(leaf) + ")");
   return TlsContext{std::move(context), describe(leaf)};
+}
+
+std::unique_ptr<engines::HttpTransport> tls_transport(net::ip::tcp::socket socket,
+                                                      std::shared_ptr<net::ssl::context> context) {
+  return std::make_unique<TlsTransport>(std::move(socket), std::move(context));
 }
 
 }  // namespace dynrt::gateway

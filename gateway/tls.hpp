@@ -7,7 +7,10 @@
 // use one context from every I/O thread at once.
 #pragma once
 
+#include "engines/http/server_core.hpp"
 #include "runtime/expected.hpp"
+
+#include <boost/asio/ip/tcp.hpp>
 
 #include <memory>
 #include <string>
@@ -28,5 +31,11 @@ struct TlsContext {
 // passphrase at every start), the key does not match the certificate, or the certificate has
 // expired (no verifying client would accept it).
 Expected<TlsContext> load_tls_context(const std::string& cert_file, const std::string& key_file);
+
+// An accepted connection as a TLS server stream for the HTTP server core: it shakes hands
+// before the first request and ends with a close_notify. It holds `context` for as long as it
+// lives, so a reload never pulls the context from under an open connection.
+std::unique_ptr<engines::HttpTransport> tls_transport(
+    boost::asio::ip::tcp::socket socket, std::shared_ptr<boost::asio::ssl::context> context);
 
 }  // namespace dynrt::gateway

@@ -1,18 +1,13 @@
 #include "run/call.hpp"
 
+#include "engines/openai/error_body.hpp"
+
 #include <utility>
 
 namespace dynrt {
 
-using nlohmann::ordered_json;
-
 std::string error_body(std::string_view message, std::string_view type, int code) {
-  ordered_json j;
-  j["error"] = {{"message", std::string(message)},
-                {"type", std::string(type)},
-                {"param", nullptr},
-                {"code", code}};
-  return j.dump();
+  return engines::openai_error_body(message, type, code);
 }
 
 Reply error_reply(int status, std::string_view type, std::string message) {

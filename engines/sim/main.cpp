@@ -73,20 +73,19 @@ int main(int argc, char** argv) {
   }
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-  try {
-    SimEngine engine(params, std::move(script), engine_options);
-    SimServer srv(engine, server);
-    std::printf("dynrt-sim-engine listening on http://%s:%u\n", server.host.c_str(),
-                static_cast<unsigned>(srv.port()));
-    std::fflush(stdout);
-    sigset_t none;
-    sigemptyset(&none);
-    while (!g_stop)
-      sigsuspend(&none);  // sleep until a signal
-    srv.stop();
-  } catch (const std::exception& e) {
-    std::cerr << "dynrt-sim-engine: " << e.what() << "\n";
+  SimEngine engine(params, std::move(script), engine_options);
+  auto srv = SimServer::create(engine, server);
+  if (!srv) {
+    std::cerr << "dynrt-sim-engine: " << srv.error().message << "\n";
     return 1;
   }
+  std::printf("dynrt-sim-engine listening on http://%s:%u\n", server.host.c_str(),
+              static_cast<unsigned>((*srv)->port()));
+  std::fflush(stdout);
+  sigset_t none;
+  sigemptyset(&none);
+  while (!g_stop)
+    sigsuspend(&none);  // sleep until a signal
+  (*srv)->stop();
   return 0;
 }

@@ -7,13 +7,15 @@
 // (vllm:num_requests_running, vllm:num_requests_waiting, vllm:kv_cache_usage_perc and token
 // counters). A client that disconnects while its request runs has the request cancelled, which
 // frees its slot at once, as vLLM does. Errors come back in the OpenAI shape
-// {"error": {"message", "type", "code"}}.
+// {"error": {"message", "type", "param", "code"}} (engines/openai/error_body.hpp).
 //
-// Asynchronous on Boost.Asio/Beast with a small fixed pool of I/O threads; engine callbacks
-// are posted to each connection's strand.
+// HTTP itself is the server core's (engines/http/server_core.hpp): keep-alive, a minute for a
+// request to arrive and a minute idle between requests, the body limit, a fixed pool of I/O
+// threads; engine callbacks are posted to each connection's strand.
 #pragma once
 
 #include "engines/sim/engine.hpp"
+#include "runtime/expected.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -31,18 +33,23 @@ struct SimServerOptions {
 
 class SimServer {
  public:
-  // Listens at once; throws std::runtime_error naming the address when it cannot.
-  SimServer(SimEngine& engine, SimServerOptions options);
+  // Listens at once. The error names the address and why it cannot be listened on: "cannot
+  // listen on HOST:PORT: not an IP address", or the OS's reason ("Address already in use").
+  static Expected<std::unique_ptr<SimServer>> create(SimEngine& engine, SimServerOptions options);
   ~SimServer();  // stops
   SimServer(const SimServer&) = delete;
   SimServer& operator=(const SimServer&) = delete;
 
   std::uint16_t port() const;
+  // Stops accepting, cancels the requests in flight and delivers their callbacks, then joins
+  // the I/O threads. Idempotent.
   void stop();
 
   struct Impl;  // defined in server.cpp; public so its connections can name it
 
  private:
+  SimServer(SimEngine& engine, SimServerOptions options);
+
   std::unique_ptr<Impl> impl_;
 };
 

@@ -90,11 +90,11 @@ sim::Script long_answers() {
 // A simulated engine served on a free port.
 struct SimBackend {
   sim::SimEngine engine;
-  sim::SimServer server;
+  std::unique_ptr<sim::SimServer> server;
   explicit SimBackend(double time_scale = 0)
       : engine({}, long_answers(), sim::SimEngineOptions{time_scale, "sim"}),
-        server(engine, sim::SimServerOptions{}) {}
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(server.port()); }
+        server(sim::SimServer::create(engine, sim::SimServerOptions{}).value()) {}
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(server->port()); }
 };
 
 OpenAiOptions options_for(const std::string& url) {

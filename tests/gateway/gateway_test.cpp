@@ -152,7 +152,9 @@ class GatewayFixture : public ::testing::Test {
     auto rt = Runtime::create(cfg);
     ASSERT_TRUE(rt.ok()) << rt.error().message;
     runtime_ = std::move(*rt);
-    gateway_ = std::make_unique<Gateway>(*runtime_, std::move(o));
+    auto gw = Gateway::create(*runtime_, std::move(o));
+    ASSERT_TRUE(gw.ok()) << gw.error().message;
+    gateway_ = std::move(*gw);
   }
   std::uint16_t port() const { return gateway_->port(); }
   std::string exchange(std::string_view raw) {
@@ -681,7 +683,9 @@ class GatewayFaults : public GatewayFixture {
     auto rt = Runtime::create(cfg);
     ASSERT_TRUE(rt.ok()) << rt.error().message;
     runtime_ = std::move(*rt);
-    gateway_ = std::make_unique<Gateway>(*runtime_, GatewayOptions{});
+    auto gw = Gateway::create(*runtime_, GatewayOptions{});
+    ASSERT_TRUE(gw.ok()) << gw.error().message;
+    gateway_ = std::move(*gw);
   }
   std::string metric(const std::string& name) {
     const std::string text =

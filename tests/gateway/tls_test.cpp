@@ -248,7 +248,9 @@ class TlsGateway : public ::testing::Test {
     runtime_ = std::move(*rt);
     o.tls_cert = cert_.string();
     o.tls_key = key_.string();
-    gateway_ = std::make_unique<Gateway>(*runtime_, std::move(o));
+    auto gw = Gateway::create(*runtime_, std::move(o));
+    ASSERT_TRUE(gw.ok()) << gw.error().message;
+    gateway_ = std::move(*gw);
     ASSERT_TRUE(gateway_->tls());
   }
   void TearDown() override {
@@ -458,14 +460,14 @@ TEST_F(TlsGateway, ABadCertificateOrKeyIsRefusedWithTheFileAtFault) {
     GatewayOptions o;
     o.tls_cert = c.cert.string();
     o.tls_key = c.key.string();
-    try {
-      Gateway g(**rt, o);
+    const auto g = Gateway::create(**rt, o);
+    if (g.ok()) {
       ADD_FAILURE() << "accepted " << c.cert << " " << c.key;
-    } catch (const std::runtime_error& e) {
-      const std::string message = e.what();
-      EXPECT_NE(message.find(c.says), std::string::npos) << message;
-      EXPECT_NE(message.find(c.at_fault.string()), std::string::npos) << message;
+      continue;
     }
+    const std::string& message = g.error().message;
+    EXPECT_NE(message.find(c.says), std::string::npos) << message;
+    EXPECT_NE(message.find(c.at_fault.string()), std::string::npos) << message;
   }
   (*rt)->shutdown();
 }
