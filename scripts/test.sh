@@ -12,9 +12,8 @@
 #   4. fuzzes the template parser, the HTTP request path and the SSE parser for
 #      DYNRT_FUZZ_SECONDS in all (default 30; 0 skips it).
 # Every test runs at the same scale in both builds; none is cut down under the sanitizers.
-# Each step's wall time is printed at the end. On a 2-core machine from a clean clone the
-# whole script takes about 40 minutes, most of it compiling (docs/operations.md, "Sanitizers
-# and fuzzing").
+# Each step's wall time is printed at the end; most of it is compiling (docs/operations.md,
+# "Sanitizers and fuzzing").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="$(nproc)"
