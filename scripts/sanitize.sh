@@ -2,9 +2,11 @@
 # Builds the tests with a sanitizer and runs them: `scripts/sanitize.sh thread [TARGET...]`
 # or `scripts/sanitize.sh address,undefined [TARGET...]`. With targets, only those test
 # binaries are built and run (the test script runs `thread engines_tests`: the engines are the
-# multithreaded layer); without, every ctest test (the test script runs `address,undefined`
-# that way). Warnings are errors, except under TSan, where GCC warns (-Wtsan) about the
-# atomic_thread_fence inside Boost.Asio's headers. Build trees: build-san-<sanitizer>/.
+# multithreaded layer); without, the `test_programs` target (every program ctest runs, no
+# benchmark or soak programs) is built and every ctest test is run, at full scale (the test
+# script runs `address,undefined` that way). Warnings are errors, except under TSan, where GCC
+# warns (-Wtsan) about the atomic_thread_fence inside Boost.Asio's headers. Build trees:
+# build-san-<sanitizer>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sanitizer="${1:?usage: scripts/sanitize.sh thread|address,undefined [TARGET...]}"
@@ -24,7 +26,7 @@ export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$PWD/scripts/ubsan.supp"
 if [ "$#" -eq 0 ]; then
-  cmake --build "$dir" -j"$(nproc)"
+  cmake --build "$dir" -j"$(nproc)" --target test_programs
   (cd "$dir" && ctest -j"$(nproc)" --output-on-failure --timeout 900)
 else
   cmake --build "$dir" -j"$(nproc)" --target "$@" dynrt-sim-engine

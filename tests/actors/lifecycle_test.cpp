@@ -5,6 +5,9 @@
 
 #include "dsl/render.hpp"
 
+#include <condition_variable>
+#include <map>
+#include <mutex>
 #include <thread>
 
 namespace dynrt::testing {
@@ -168,13 +171,147 @@ bench::Workload with_router_answers(bench::Workload w, const std::vector<std::st
   return w;
 }
 
+// Sends fill requests on to the wrapped engine at once, but holds each of the first `demands`
+// canonical requests (a harness's demands) until `fills_each` more fills have reached the
+// engine: the n-th demand goes on once n * fills_each fills were submitted; later demands go
+// on at once. A scenario about what happens to fills
+// when a demand resolves their branch then does not depend on the actor graph issuing them
+// within the demand's few simulated milliseconds, which a sanitized build on a loaded machine
+// does not. A demand held for `guard` is sent on anyway, so a scenario whose fills never come
+// fails on its own assertions instead of hanging.
+class FillsFirstEngine final : public engines::Engine {
+ public:
+  FillsFirstEngine(std::shared_ptr<engines::Engine> inner, std::size_t fills_each,
+                   std::size_t demands, std::chrono::seconds guard = std::chrono::seconds(30))
+      : inner_(std::move(inner)), fills_each_(fills_each), demands_(demands), guard_(guard) {
+    guard_thread_ = std::thread([this] { guard_loop(); });
+  }
+  ~FillsFirstEngine() override {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    guard_thread_.join();
+  }
+  FillsFirstEngine(const FillsFirstEngine&) = delete;
+  FillsFirstEngine& operator=(const FillsFirstEngine&) = delete;
+
+  engines::RequestHandle submit(engines::EngineRequest request,
+                                std::shared_ptr<engines::ResponseSink> sink) override {
+    engines::RequestHandle h = 0;
+    {
+      std::lock_guard lock(mutex_);
+      h = next_++;
+      if (request.kind == engines::RequestKind::canonical && gated_ < demands_) {
+        ++gated_;
+        held_.emplace(h, Held{std::move(request), std::move(sink),
+                              std::chrono::steady_clock::now() + guard_});
+        changed_.notify_all();
+        return h;
+      }
+    }
+    forward(h, std::move(request), std::move(sink));
+    {
+      std::lock_guard lock(mutex_);
+      ++fills_;  // counted once it is in the engine
+    }
+    changed_.notify_all();
+    return h;
+  }
+  void cancel(engines::RequestHandle handle) override {
+    std::shared_ptr<engines::ResponseSink> sink;
+    engines::RequestHandle inner = 0;
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = held_.find(handle); it != held_.end()) {
+        sink = std::move(it->second.sink);
+        held_.erase(it);
+      } else if (auto f = forwarded_.find(handle); f != forwarded_.end()) {
+        inner = f->second;
+      }
+    }
+    if (sink) sink->on_error({engines::ErrorKind::cancelled, 0, {}, "cancelled"});
+    if (inner != 0) inner_->cancel(inner);
+  }
+  engines::LoadSnapshot load() const override { return inner_->load(); }
+  std::string name() const override { return inner_->name(); }
+
+ private:
+  struct Held {
+    engines::EngineRequest request;
+    std::shared_ptr<engines::ResponseSink> sink;
+    std::chrono::steady_clock::time_point guard;
+  };
+  void forward(engines::RequestHandle h, engines::EngineRequest request,
+               std::shared_ptr<engines::ResponseSink> sink) {
+    const auto inner = inner_->submit(std::move(request), std::move(sink));
+    std::lock_guard lock(mutex_);
+    forwarded_[h] = inner;
+  }
+  // Sends on the oldest held demand once its fills have come (or its guard has passed).
+  void guard_loop() {
+    std::unique_lock lock(mutex_);
+    while (!stop_) {
+      if (!held_.empty()) {
+        auto it = held_.begin();
+        if (fills_ >= (released_ + 1) * fills_each_ ||
+            std::chrono::steady_clock::now() >= it->second.guard) {
+          const auto h = it->first;
+          Held held = std::move(it->second);
+          held_.erase(it);
+          ++released_;
+          lock.unlock();
+          forward(h, std::move(held.request), std::move(held.sink));
+          lock.lock();
+          continue;
+        }
+      }
+      changed_.wait_for(lock, std::chrono::milliseconds(100));
+    }
+  }
+
+  std::shared_ptr<engines::Engine> inner_;
+  const std::size_t fills_each_;
+  const std::size_t demands_;
+  const std::chrono::seconds guard_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<engines::RequestHandle, Held> held_;
+  std::map<engines::RequestHandle, engines::RequestHandle> forwarded_;
+  engines::RequestHandle next_ = 1;
+  std::size_t fills_ = 0;     // fill requests sent on so far
+  std::size_t gated_ = 0;     // demands held so far
+  std::size_t released_ = 0;  // demands sent on so far
+  bool stop_ = false;
+  std::thread guard_thread_;
+};
+
 // A router that answers at once resolves while every fill still decodes: the losers are
-// aborted in the engine and their slots and KV come back; the winner is waited for.
+// aborted in the engine and their slots and KV come back; the winner is waited for. Each
+// router demand reaches the engine only after its branch's three fills (weather, calendar,
+// email) have: the order the scenario is about, made certain rather than hoped for. The
+// losers' answers are scripted to run to the handler's max_tokens (256 tokens, 640 ms at
+// this time scale, where the router takes about 15 ms), so the cancel has that long to come.
 TEST(NonInterference, ExclusiveLosersAreAbortedInTheEngine) {
   auto w = with_router_answers(bench::make_workload(graph("routing"), {5, 1, 1.0}),
                                {"HANDLER: calendar"});
   w.runs[0].picks = {"calendar", "calendar"};
-  Rig rig(w, {true, true, 50});
+  std::string long_answer;
+  for (int i = 0; i < 400; ++i)
+    long_answer += " word";
+  for (std::size_t turn = 0; turn < 2; ++turn)
+    for (const char* loser : {"weather", "email"}) {
+      const auto body =
+          dsl::render_stage(*graph("routing").stage("handle"),
+                            {{"handler", loser}, {"query", bench::routing_query(w.runs[0], turn)}});
+      w.script.add_exact(body->body, long_answer);
+    }
+  RigOptions o{true, true, 100};
+  o.wrap_engine = [](std::shared_ptr<engines::Engine> sim) {
+    return std::make_shared<FillsFirstEngine>(std::move(sim), 3, 2);  // two turns' routers
+  };
+  Rig rig(w, o);
   const auto r = rig.drive(w.runs[0]);
   ASSERT_TRUE(r.ok()) << r.error;
   for (const auto& s : r.steps)
@@ -197,11 +334,16 @@ TEST(NonInterference, ExclusiveLosersAreAbortedInTheEngine) {
   EXPECT_GT(rig.engine->counters().wasted.count(), 0) << "the aborted work is counted as waste";
 }
 
-// An ambiguous selection promotes nothing: every demand runs on the engine.
+// An ambiguous selection promotes nothing: every demand runs on the engine. The router's
+// demand reaches the engine after its three fills, so there is speculation to discard.
 TEST(NonInterference, AmbiguousSelectionPromotesNothing) {
   auto w = with_router_answers(bench::make_workload(graph("routing"), {6, 1, 1.0}),
                                {std::string(200, 'x') + " HANDLER: weather or HANDLER: email"});
-  Rig rig(w, {true, true, 10});
+  RigOptions o{true, true, 10};
+  o.wrap_engine = [](std::shared_ptr<engines::Engine> sim) {
+    return std::make_shared<FillsFirstEngine>(std::move(sim), 3, 1);
+  };
+  Rig rig(w, o);
   const auto r = rig.drive(w.runs[0]);
   // The harness cannot read a selection either, so it cannot render the handler: it stops.
   ASSERT_FALSE(r.ok());

@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -27,6 +28,9 @@ struct RigOptions {
   int fanout = -1;
   int fill_depth = 0;
   bool private_fills = false;
+  // The runtime's engine, given the simulated one: a test's wrapper around it, or itself.
+  std::function<std::shared_ptr<engines::Engine>(std::shared_ptr<engines::Engine>)> wrap_engine =
+      nullptr;
 };
 
 struct Rig {
@@ -49,7 +53,7 @@ struct Rig {
     for (const auto& [name, key] : workload.tools)
       corpus->add_tool(name, {engines::Corpus::Kind::lookup, key});
     RuntimeConfig cfg;
-    cfg.engines.push_back({"sim", engine, {}});
+    cfg.engines.push_back({"sim", o.wrap_engine ? o.wrap_engine(engine) : engine, {}});
     cfg.tools = corpus;
     cfg.template_paths = {"templates"};
     cfg.reuse = o.reuse;
