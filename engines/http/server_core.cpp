@@ -119,12 +119,13 @@ std::string refusal(std::size_t max_connections) {
 HttpConnection::HttpConnection(std::unique_ptr<HttpTransport> transport, HttpListener& listener)
     : transport_(std::move(transport)),
       deadline_(transport_->tcp().get_executor()),
-      listener_(listener) {
-  ++listener_.open_;
+      listener_(listener),
+      open_(listener.open_) {
+  ++*open_;
 }
 
 HttpConnection::~HttpConnection() {
-  --listener_.open_;
+  --*open_;
 }
 
 void HttpConnection::start() {
@@ -470,7 +471,7 @@ void HttpListener::accept() {
 }
 
 void HttpListener::admit(std::unique_ptr<HttpTransport> transport) {
-  if (open_.load() >= options_.max_connections)
+  if (open_->load() >= options_.max_connections)
     std::make_shared<Refusal>(std::move(transport), refusal(options_.max_connections))->start();
   else
     make_connection_(std::move(transport))->start();

@@ -207,6 +207,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   std::unique_ptr<HttpTransport> transport_;
   boost::asio::steady_timer deadline_;
   HttpListener& listener_;
+  std::shared_ptr<std::atomic<std::size_t>> open_;  // the listener's count of open connections
   boost::beast::flat_buffer buffer_;
   std::optional<HttpTransport::Parser> parser_;
   Request request_;
@@ -259,7 +260,9 @@ class HttpListener {
   void admit(std::unique_ptr<HttpTransport> transport);
 
   HttpServerOptions options_;
-  std::atomic<std::size_t> open_{0};  // open connections; before ioc_, whose end ends them
+  // Open connections. Shared with each connection: one that a caller's callbacks keep alive
+  // past the listener (an engine still holding a call's sink) must not count into freed memory.
+  std::shared_ptr<std::atomic<std::size_t>> open_ = std::make_shared<std::atomic<std::size_t>>(0);
   boost::asio::io_context ioc_;
   boost::asio::strand<boost::asio::io_context::executor_type> strand_;
   boost::asio::ip::tcp::acceptor acceptor_;
