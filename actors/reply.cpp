@@ -1,6 +1,5 @@
 #include "actors/reply.hpp"
 
-
 #include <nlohmann/json.hpp>
 
 #include <algorithm>

@@ -13,8 +13,7 @@ std::string prometheus_text(const RuntimeStats& s) {
   std::string_view previous;
   for (const auto& m : metrics(s)) {
     if (m.name != previous)
-      out << "# HELP " << m.name << ' ' << m.help << "\n# TYPE " << m.name << ' ' << m.type
-          << '\n';
+      out << "# HELP " << m.name << ' ' << m.help << "\n# TYPE " << m.name << ' ' << m.type << '\n';
     previous = m.name;
     out << m.name << m.labels << ' ';
     // Counts as whole numbers (a default stream would print 1234567 as 1.23457e+06).
