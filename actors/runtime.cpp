@@ -51,15 +51,13 @@ struct RootInit {
 };
 
 run::Policy policy_of(const RuntimeConfig& cfg) {
-  run::Policy p;
-  p.reuse = cfg.reuse;
-  p.fills = cfg.fills;
-  p.fill_priority = cfg.fill_priority;
-  p.fanout = cfg.fanout;
-  p.fill_depth = cfg.fill_depth;
-  p.private_fills = cfg.private_fills;
-  p.settle_after = cfg.settle_after;
-  return p;
+  return run::Policy{.reuse = cfg.reuse,
+                     .fills = cfg.fills,
+                     .fill_priority = cfg.fill_priority,
+                     .fanout = cfg.fanout,
+                     .fill_depth = cfg.fill_depth,
+                     .private_fills = cfg.private_fills,
+                     .settle_after = cfg.settle_after};
 }
 
 // At most this many idle checks per sweep, and sweeps this far apart while runs are due: a mass

@@ -17,61 +17,64 @@ struct CounterSpec {
   std::string_view type = "counter";
 };
 
+// One row per line: these are tables, read across.
 // clang-format off
 constexpr std::array kCounters = {
-    CounterSpec{&Counters::served_engine, &RuntimeStats::served_engine, "dynrt_requests_total",
-                "Calls answered, by how they were served.", R"({served="engine"})"},
-    CounterSpec{&Counters::served_fill, &RuntimeStats::served_fill, "dynrt_requests_total",
-                "Calls answered, by how they were served.", R"({served="fill"})"},
-    CounterSpec{&Counters::served_cache, &RuntimeStats::served_cache, "dynrt_requests_total",
-                "Calls answered, by how they were served.", R"({served="cache"})"},
-    CounterSpec{&Counters::requests, &RuntimeStats::requests, "dynrt_calls_received_total",
-                "Calls received (answered or still in flight)."},
-    CounterSpec{&Counters::passthrough, &RuntimeStats::passthrough, "dynrt_passthrough_total",
-                "Untagged or unknown calls forwarded unchanged."},
-    CounterSpec{&Counters::errors, &RuntimeStats::errors, "dynrt_errors_total",
-                "Calls answered with an error."},
-    CounterSpec{&Counters::waits, &RuntimeStats::waits, "dynrt_waits_total",
-                "Demands that waited for the fill computing their result."},
-    CounterSpec{&Counters::wait_timeouts, &RuntimeStats::wait_timeouts, "dynrt_wait_timeouts_total",
-                "Demands whose wait passed its bound; they ran on the engine."},
-    CounterSpec{&Counters::fills_issued, &RuntimeStats::fills_issued, "dynrt_fills_issued_total",
-                "Fills admitted and started."},
-    CounterSpec{&Counters::fills_consumed, &RuntimeStats::fills_consumed,
-                "dynrt_fills_consumed_total", "Fills whose result served the selected demand."},
-    CounterSpec{&Counters::fills_cancelled, &RuntimeStats::fills_cancelled,
-                "dynrt_fills_cancelled_total", "Fills aborted (losers, unusable selections)."},
-    CounterSpec{&Counters::fills_failed, &RuntimeStats::fills_failed, "dynrt_fills_failed_total",
-                "Fills that failed (a miss, never an answer)."},
-    CounterSpec{&Counters::fills_completed, &RuntimeStats::fills_completed,
-                "dynrt_fills_completed_total", "Fills that ran their whole chain."},
-    CounterSpec{&Counters::fills_suppressed, &RuntimeStats::fills_suppressed,
-                "dynrt_fills_suppressed_total",
-                "Fills whose first stage was already in the library (no engine work)."},
-    CounterSpec{&Counters::coalesced, &RuntimeStats::coalesced, "dynrt_coalesced_total",
-                "Demands that joined an identical execution in flight instead of running it again."},
-    CounterSpec{&Counters::shadows_stored, &RuntimeStats::shadows_stored,
-                "dynrt_shadows_stored_total", "Fill results stored as shadows."},
-    CounterSpec{&Counters::shadows_discarded, &RuntimeStats::shadows_discarded,
-                "dynrt_shadows_discarded_total", "Fill results discarded unused."},
-    CounterSpec{&Counters::branches_opened, &RuntimeStats::branches_opened,
-                "dynrt_branches_opened_total", "Decision points reached with candidates."},
-    CounterSpec{&Counters::branches_gated, &RuntimeStats::branches_gated,
-                "dynrt_branches_gated_total", "Branches the generation gate kept closed."},
-    CounterSpec{&Counters::branches_settled, &RuntimeStats::branches_settled,
-                "dynrt_branches_settled_total", "Branches settled (feedback given)."},
-    CounterSpec{&Counters::writes, &RuntimeStats::writes, "dynrt_writes_total",
-                "Write notifications applied."},
-    CounterSpec{&Counters::workflows_live, &RuntimeStats::workflows_live, "dynrt_workflows_live",
-                "Workflow runs with a live actor.", {}, "gauge"},
-    CounterSpec{&Counters::runs_evicted, &RuntimeStats::runs_evicted, "dynrt_runs_evicted_total",
-                "Workflow runs retired to stay within --max-live-runs (their speculation is lost)."},
-    CounterSpec{&Counters::runs_expired, &RuntimeStats::runs_expired, "dynrt_runs_expired_total",
-                "Workflow runs ended after --workflow-idle-ms."},
-    CounterSpec{&Counters::runs_refused, &RuntimeStats::runs_refused, "dynrt_runs_refused_total",
-                "New workflow runs refused with 429: their key held its live-run limit."},
-    CounterSpec{&Counters::fills_running, &RuntimeStats::fills_running, "dynrt_fills_running",
-                "Fill actors alive.", {}, "gauge"},
+    CounterSpec{&Counters::served_engine, &RuntimeStats::served_engine, "dynrt_requests_total", "Calls answered, by how they were served.", R"({served="engine"})"},
+    CounterSpec{&Counters::served_fill, &RuntimeStats::served_fill, "dynrt_requests_total", "Calls answered, by how they were served.", R"({served="fill"})"},
+    CounterSpec{&Counters::served_cache, &RuntimeStats::served_cache, "dynrt_requests_total", "Calls answered, by how they were served.", R"({served="cache"})"},
+    CounterSpec{&Counters::requests, &RuntimeStats::requests, "dynrt_calls_received_total", "Calls received (answered or still in flight)."},
+    CounterSpec{&Counters::passthrough, &RuntimeStats::passthrough, "dynrt_passthrough_total", "Untagged or unknown calls forwarded unchanged."},
+    CounterSpec{&Counters::errors, &RuntimeStats::errors, "dynrt_errors_total", "Calls answered with an error."},
+    CounterSpec{&Counters::waits, &RuntimeStats::waits, "dynrt_waits_total", "Demands that waited for the fill computing their result."},
+    CounterSpec{&Counters::wait_timeouts, &RuntimeStats::wait_timeouts, "dynrt_wait_timeouts_total", "Demands whose wait passed its bound; they ran on the engine."},
+    CounterSpec{&Counters::fills_issued, &RuntimeStats::fills_issued, "dynrt_fills_issued_total", "Fills admitted and started."},
+    CounterSpec{&Counters::fills_consumed, &RuntimeStats::fills_consumed, "dynrt_fills_consumed_total", "Fills whose result served the selected demand."},
+    CounterSpec{&Counters::fills_cancelled, &RuntimeStats::fills_cancelled, "dynrt_fills_cancelled_total", "Fills aborted (losers, unusable selections)."},
+    CounterSpec{&Counters::fills_failed, &RuntimeStats::fills_failed, "dynrt_fills_failed_total", "Fills that failed (a miss, never an answer)."},
+    CounterSpec{&Counters::fills_completed, &RuntimeStats::fills_completed, "dynrt_fills_completed_total", "Fills that ran their whole chain."},
+    CounterSpec{&Counters::fills_suppressed, &RuntimeStats::fills_suppressed, "dynrt_fills_suppressed_total", "Fills whose first stage was already in the library (no engine work)."},
+    CounterSpec{&Counters::coalesced, &RuntimeStats::coalesced, "dynrt_coalesced_total", "Demands that joined an identical execution in flight instead of running it again."},
+    CounterSpec{&Counters::shadows_stored, &RuntimeStats::shadows_stored, "dynrt_shadows_stored_total", "Fill results stored as shadows."},
+    CounterSpec{&Counters::shadows_discarded, &RuntimeStats::shadows_discarded, "dynrt_shadows_discarded_total", "Fill results discarded unused."},
+    CounterSpec{&Counters::branches_opened, &RuntimeStats::branches_opened, "dynrt_branches_opened_total", "Decision points reached with candidates."},
+    CounterSpec{&Counters::branches_gated, &RuntimeStats::branches_gated, "dynrt_branches_gated_total", "Branches the generation gate kept closed."},
+    CounterSpec{&Counters::branches_settled, &RuntimeStats::branches_settled, "dynrt_branches_settled_total", "Branches settled (feedback given)."},
+    CounterSpec{&Counters::writes, &RuntimeStats::writes, "dynrt_writes_total", "Write notifications applied."},
+    CounterSpec{&Counters::workflows_live, &RuntimeStats::workflows_live, "dynrt_workflows_live", "Workflow runs with a live actor.", {}, "gauge"},
+    CounterSpec{&Counters::runs_evicted, &RuntimeStats::runs_evicted, "dynrt_runs_evicted_total", "Workflow runs retired to stay within --max-live-runs (their speculation is lost)."},
+    CounterSpec{&Counters::runs_expired, &RuntimeStats::runs_expired, "dynrt_runs_expired_total", "Workflow runs ended after --workflow-idle-ms."},
+    CounterSpec{&Counters::runs_refused, &RuntimeStats::runs_refused, "dynrt_runs_refused_total", "New workflow runs refused with 429: their key held its live-run limit."},
+    CounterSpec{&Counters::fills_running, &RuntimeStats::fills_running, "dynrt_fills_running", "Fill actors alive.", {}, "gauge"},
+};
+// What is read from elsewhere than a live counter: times, the gates, the pricing actor's and the
+// library's last published numbers.
+struct DerivedSpec {
+  std::string_view name;
+  std::string_view type;
+  std::string_view help;
+  double (*value)(const RuntimeStats&);
+};
+
+constexpr std::array kDerived = {
+    DerivedSpec{"dynrt_engine_saved_seconds_total", "counter", "Engine time of results served without execution.", [](const RuntimeStats& s) { return s.engine_ms_saved / 1000; }},
+    DerivedSpec{"dynrt_engine_wasted_seconds_total", "counter", "Engine time of fills nobody consumed.", [](const RuntimeStats& s) { return s.engine_ms_wasted / 1000; }},
+    DerivedSpec{"dynrt_gate_branches_opened_total", "counter", "Generation gate (Action 0): opened.", [](const RuntimeStats& s) { return double(s.admission.branches_opened); }},
+    DerivedSpec{"dynrt_gate_branches_closed_total", "counter", "Generation gate (Action 0): kept closed.", [](const RuntimeStats& s) { return double(s.admission.branches_closed); }},
+    DerivedSpec{"dynrt_gate_fills_admitted_total", "counter", "Fill gate (Action 1): admitted.", [](const RuntimeStats& s) { return double(s.admission.fills_admitted); }},
+    DerivedSpec{"dynrt_gate_fills_refused_total", "counter", "Fill gate (Action 1): refused.", [](const RuntimeStats& s) { return double(s.admission.fills_refused); }},
+    DerivedSpec{"dynrt_fills_share_refused_total", "counter", "Fill reservations refused: their tenant held its share of the fill budget.", [](const RuntimeStats& s) { return double(s.admission.share_refused); }},
+    DerivedSpec{"dynrt_load_envelope", "gauge", "The causal load envelope rho_H (Eq. 3).", [](const RuntimeStats& s) { return s.envelope; }},
+    DerivedSpec{"dynrt_fills_in_flight", "gauge", "Fills holding a reservation.", [](const RuntimeStats& s) { return double(s.fills_in_flight); }},
+    DerivedSpec{"dynrt_fill_kv_reserved", "gauge", "KV share (of the KV budget) reserved by fills.", [](const RuntimeStats& s) { return s.kv_reserved; }},
+    DerivedSpec{"dynrt_branches_open", "gauge", "Branches the generation gate opened, not yet settled.", [](const RuntimeStats& s) { return double(s.branches_open); }},
+    DerivedSpec{"dynrt_csl_entries", "gauge", "Entries in the Completed-Subgraph Library.", [](const RuntimeStats& s) { return double(s.csl_entries); }},
+    DerivedSpec{"dynrt_csl_shadows", "gauge", "Shadows (fill results not yet promoted).", [](const RuntimeStats& s) { return double(s.csl_shadows); }},
+    DerivedSpec{"dynrt_csl_bytes", "gauge", "Result bytes held by the library.", [](const RuntimeStats& s) { return double(s.csl_bytes); }},
+    DerivedSpec{"dynrt_csl_hits_total", "counter", "Library probes that served a confirmed entry.", [](const RuntimeStats& s) { return double(s.csl.hits); }},
+    DerivedSpec{"dynrt_csl_misses_total", "counter", "Library probes that found nothing servable.", [](const RuntimeStats& s) { return double(s.csl.misses); }},
+    DerivedSpec{"dynrt_csl_promotions_total", "counter", "Shadows promoted by an exact demand.", [](const RuntimeStats& s) { return double(s.csl.promotions); }},
+    DerivedSpec{"dynrt_csl_invalidations_total", "counter", "Entries removed by writes (with cascade).", [](const RuntimeStats& s) { return double(s.csl.invalidated + s.csl.orphaned); }},
 };
 // clang-format on
 
@@ -106,45 +109,8 @@ std::vector<Metric> metrics(const RuntimeStats& s) {
   for (const auto& spec : actors::kCounters)
     out.push_back(
         {spec.name, spec.type, spec.help, spec.labels, static_cast<double>(s.*spec.stat)});
-  auto add = [&](std::string_view name, std::string_view type, std::string_view help,
-                 double value) {
-    out.push_back({name, type, help, {}, value});
-  };
-  add("dynrt_engine_saved_seconds_total", "counter",
-      "Engine time of results served without execution.", s.engine_ms_saved / 1000);
-  add("dynrt_engine_wasted_seconds_total", "counter", "Engine time of fills nobody consumed.",
-      s.engine_ms_wasted / 1000);
-  add("dynrt_gate_branches_opened_total", "counter", "Generation gate (Action 0): opened.",
-      static_cast<double>(s.admission.branches_opened));
-  add("dynrt_gate_branches_closed_total", "counter", "Generation gate (Action 0): kept closed.",
-      static_cast<double>(s.admission.branches_closed));
-  add("dynrt_gate_fills_admitted_total", "counter", "Fill gate (Action 1): admitted.",
-      static_cast<double>(s.admission.fills_admitted));
-  add("dynrt_gate_fills_refused_total", "counter", "Fill gate (Action 1): refused.",
-      static_cast<double>(s.admission.fills_refused));
-  add("dynrt_fills_share_refused_total", "counter",
-      "Fill reservations refused: their tenant held its share of the fill budget.",
-      static_cast<double>(s.admission.share_refused));
-  add("dynrt_load_envelope", "gauge", "The causal load envelope rho_H (Eq. 3).", s.envelope);
-  add("dynrt_fills_in_flight", "gauge", "Fills holding a reservation.", s.fills_in_flight);
-  add("dynrt_fill_kv_reserved", "gauge", "KV share (of the KV budget) reserved by fills.",
-      s.kv_reserved);
-  add("dynrt_branches_open", "gauge", "Branches the generation gate opened, not yet settled.",
-      static_cast<double>(s.branches_open));
-  add("dynrt_csl_entries", "gauge", "Entries in the Completed-Subgraph Library.",
-      static_cast<double>(s.csl_entries));
-  add("dynrt_csl_shadows", "gauge", "Shadows (fill results not yet promoted).",
-      static_cast<double>(s.csl_shadows));
-  add("dynrt_csl_bytes", "gauge", "Result bytes held by the library.",
-      static_cast<double>(s.csl_bytes));
-  add("dynrt_csl_hits_total", "counter", "Library probes that served a confirmed entry.",
-      static_cast<double>(s.csl.hits));
-  add("dynrt_csl_misses_total", "counter", "Library probes that found nothing servable.",
-      static_cast<double>(s.csl.misses));
-  add("dynrt_csl_promotions_total", "counter", "Shadows promoted by an exact demand.",
-      static_cast<double>(s.csl.promotions));
-  add("dynrt_csl_invalidations_total", "counter", "Entries removed by writes (with cascade).",
-      static_cast<double>(s.csl.invalidated + s.csl.orphaned));
+  for (const auto& spec : actors::kDerived)
+    out.push_back({spec.name, spec.type, spec.help, {}, spec.value(s)});
   return out;
 }
 
