@@ -1,12 +1,13 @@
-// Deadlines that can be cancelled: what the timer actor keeps for the actors that asked to be
-// told when a time has come (a branch's settle deadline, a drafter's time box).
+// Deadlines that can be cancelled: what the graph's timer service (actors/time.hpp) keeps for
+// whoever asked to be told when a time has come (a branch's settle deadline, a drafter's time
+// box, a demand's bounded wait, the idle check).
 //
 // A deadline is a token chosen by the caller (unique among those pending), a due time and a
 // payload. pop_due() hands out, in order of due time, every deadline that has come; cancel()
 // forgets one at once, so an actor that ends need not keep anything of itself alive until its
 // deadlines would have come. O(log n) per operation.
 //
-// Pure and single-threaded (the timer actor owns one); time is passed in.
+// Pure and single-threaded (the timer service guards its own); time is passed in.
 #pragma once
 
 #include "runtime/clock.hpp"
