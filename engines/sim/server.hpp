@@ -36,9 +36,7 @@ class SimServer {
   // Listens at once. The error names the address and why it cannot be listened on: "cannot
   // listen on HOST:PORT: not an IP address", or the OS's reason ("Address already in use").
   static Expected<std::unique_ptr<SimServer>> create(SimEngine& engine, SimServerOptions options);
-  ~SimServer();  // stops
-  SimServer(const SimServer&) = delete;
-  SimServer& operator=(const SimServer&) = delete;
+  ~SimServer();  // stops; neither copied nor moved (it owns its Impl, which its threads use)
 
   std::uint16_t port() const;
   // Stops accepting, cancels the requests in flight and delivers their callbacks, then joins

@@ -291,8 +291,8 @@ class FillsFirstEngine final : public engines::Engine {
 // aborted in the engine and their slots and KV come back; the winner is waited for. Each
 // router demand reaches the engine only after its branch's three fills (weather, calendar,
 // email) have: the order the scenario is about, made certain rather than hoped for. The
-// losers' answers are scripted to run to the handler's max_tokens (256 tokens, 640 ms at
-// this time scale, where the router takes about 15 ms), so the cancel has that long to come.
+// losers' answers are scripted to run to the handler's max_tokens (256 tokens, 320 ms at
+// this time scale, where the router takes about 8 ms), so the cancel has that long to come.
 TEST(NonInterference, ExclusiveLosersAreAbortedInTheEngine) {
   auto w = with_router_answers(bench::make_workload(graph("routing"), {5, 1, 1.0}),
                                {"HANDLER: calendar"});
@@ -307,7 +307,7 @@ TEST(NonInterference, ExclusiveLosersAreAbortedInTheEngine) {
                             {{"handler", loser}, {"query", bench::routing_query(w.runs[0], turn)}});
       w.script.add_exact(body->body, long_answer);
     }
-  RigOptions o{true, true, 100};
+  RigOptions o{true, true, 50};
   o.wrap_engine = [](std::shared_ptr<engines::Engine> sim) {
     return std::make_shared<FillsFirstEngine>(std::move(sim), 3, 2);  // two turns' routers
   };
