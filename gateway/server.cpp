@@ -61,6 +61,20 @@ namespace {
 
 // One client connection, plain or TLS alike (the transport tells them apart): the routes, the
 // keys, and calls through the Runtime.
+class Session;
+
+// A running call's hold on its connection: the connection, and the I/O context it lives on,
+// which must outlive it. The connection goes first.
+struct Hold {
+  Hold(std::shared_ptr<boost::asio::io_context> c, std::shared_ptr<Session> s)
+      : context(std::move(c)), self(std::move(s)) {}
+  ~Hold() { self.reset(); }
+  Hold(const Hold&) = delete;
+  Hold& operator=(const Hold&) = delete;
+  std::shared_ptr<boost::asio::io_context> context;
+  std::shared_ptr<Session> self;
+};
+
 class Session final : public HttpConnection {
  public:
   Session(std::unique_ptr<HttpTransport> transport, HttpListener& listener, Gateway::Impl& gw)
@@ -193,12 +207,21 @@ class Session final : public HttpConnection {
     begin_call(streaming);
     auto self = shared();
     ReplyCallbacks cb;
-    cb.on_start = [self](Served how) { self->post([self, how] { self->started(how); }); };
-    cb.on_chunk = [self](std::string_view data) {
-      self->post([self, d = std::string(data)]() mutable { self->stream_event(std::move(d)); });
+    // The callbacks may outlive the gateway (an engine holds them until it lets go of the
+    // call): they hold the connection through a Hold that also keeps its I/O context, and
+    // releases the connection first (see HttpConnection::context).
+    const auto hold = std::make_shared<Hold>(context(), self);
+    cb.on_start = [hold](Served how) {
+      hold->self->post([self = hold->self, how] { self->started(how); });
     };
-    cb.on_done = [self](Reply reply) {
-      self->post([self, r = std::move(reply)]() mutable { self->done(std::move(r)); });
+    cb.on_chunk = [hold](std::string_view data) {
+      hold->self->post([self = hold->self, d = std::string(data)]() mutable {
+        self->stream_event(std::move(d));
+      });
+    };
+    cb.on_done = [hold](Reply reply) {
+      hold->self->post(
+          [self = hold->self, r = std::move(reply)]() mutable { self->done(std::move(r)); });
     };
     call_ = gw_.runtime.complete(std::move(request), std::move(cb));
     gw_.active.add(call_);

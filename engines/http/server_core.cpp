@@ -120,6 +120,7 @@ HttpConnection::HttpConnection(std::unique_ptr<HttpTransport> transport, HttpLis
     : transport_(std::move(transport)),
       deadline_(transport_->tcp().get_executor()),
       listener_(listener),
+      ioc_(listener.ioc_),
       open_(listener.open_) {
   ++*open_;
 }
@@ -417,7 +418,7 @@ void HttpConnection::close() {
 
 HttpListener::HttpListener(HttpServerOptions options)
     : options_(std::move(options)),
-      strand_(net::make_strand(ioc_)),
+      strand_(net::make_strand(*ioc_)),
       acceptor_(strand_),
       accept_pause_(strand_) {}
 
@@ -450,11 +451,11 @@ void HttpListener::start(MakeConnection connection, MakeTransport transport) {
     };
   accept();
   for (int i = 0; i < std::max(1, options_.threads); ++i)
-    threads_.emplace_back([this] { ioc_.run(); });
+    threads_.emplace_back([this] { ioc_->run(); });
 }
 
 void HttpListener::accept() {
-  acceptor_.async_accept(net::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
+  acceptor_.async_accept(net::make_strand(*ioc_), [this](beast::error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted) return;
     if (ec) {  // EMFILE and the like: retry shortly, when a connection may have closed
       accept_pause_.expires_after(kAcceptPause);
@@ -488,7 +489,7 @@ void HttpListener::stop_accepting() {
 void HttpListener::stop() {
   if (threads_.empty()) return;
   stop_accepting();
-  ioc_.stop();
+  ioc_->stop();
   for (auto& t : threads_)
     t.join();
   threads_.clear();

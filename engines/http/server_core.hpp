@@ -166,6 +166,11 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   const Request& request() const { return request_; }
   bool closed() const { return closed_; }
   // Runs `f` on this connection's strand.
+  // The I/O context the connection runs on. Whoever keeps the connection alive from outside the
+  // listener's threads (a call's callbacks) keeps this too, and lets go of the connection
+  // first: a connection must not outlive its context.
+  std::shared_ptr<boost::asio::io_context> context() const { return ioc_.lock(); }
+
   template <class F>
   void post(F&& f) {
     boost::asio::post(transport_->tcp().get_executor(), std::forward<F>(f));
@@ -207,6 +212,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   std::unique_ptr<HttpTransport> transport_;
   boost::asio::steady_timer deadline_;
   HttpListener& listener_;
+  std::weak_ptr<boost::asio::io_context> ioc_;      // for context(); a connection does not keep it
   std::shared_ptr<std::atomic<std::size_t>> open_;  // the listener's count of open connections
   boost::beast::flat_buffer buffer_;
   std::optional<HttpTransport::Parser> parser_;
@@ -263,7 +269,10 @@ class HttpListener {
   // Open connections. Shared with each connection: one that a caller's callbacks keep alive
   // past the listener (an engine still holding a call's sink) must not count into freed memory.
   std::shared_ptr<std::atomic<std::size_t>> open_ = std::make_shared<std::atomic<std::size_t>>(0);
-  boost::asio::io_context ioc_;
+  // Shared: a caller still holding a connection past the listener (its callbacks in an engine)
+  // holds the context too (HttpConnection::context), so the connection's sockets and timers are
+  // destroyed while the services they belong to still exist.
+  std::shared_ptr<boost::asio::io_context> ioc_ = std::make_shared<boost::asio::io_context>();
   boost::asio::strand<boost::asio::io_context::executor_type> strand_;
   boost::asio::ip::tcp::acceptor acceptor_;
   boost::asio::steady_timer accept_pause_;  // after a failed accept (out of descriptors)
