@@ -5,6 +5,7 @@
 
 #include "dsl/lint.hpp"
 #include "dsl/render.hpp"
+#include "tests/run/effects.hpp"
 #include "tests/run/graphs.hpp"
 
 #include <gtest/gtest.h>
@@ -20,65 +21,15 @@ namespace {
 
 using namespace std::chrono_literals;
 
-Caller acme() {
-  Caller c;
-  c.tenant = "acme";
-  return c;
-}
 using dynrt::testing::graph;
+using namespace dynrt::run::testing;
 using nlohmann::json;
-
-std::string chat(const std::string& content) {
-  return json{{"choices",
-               {{{"index", 0},
-                 {"message", {{"role", "assistant"}, {"content", content}}},
-                 {"finish_reason", "stop"}}}}}
-      .dump();
-}
-
-ExecResult engine_ok(std::string body, Duration took = 40ms) {
-  ExecResult r;
-  r.ok = true;
-  r.result.body = std::move(body);
-  r.result.finish_reason = "stop";
-  r.result.engine_time = took;
-  r.result.usage = {10, 5};
-  return r;
-}
 
 ExecResult engine_error(engines::ErrorKind kind) {
   ExecResult r;
   r.error.kind = kind;
   r.error.message = "it failed";
   return r;
-}
-
-template <class E>
-std::vector<E> all_of(const DemandEffects& fx) {
-  std::vector<E> out;
-  for (const auto& e : fx)
-    if (const auto* p = std::get_if<E>(&e)) out.push_back(*p);
-  return out;
-}
-
-template <class E>
-E only(const DemandEffects& fx) {
-  const auto all = all_of<E>(fx);
-  EXPECT_EQ(all.size(), 1u) << "effects of that kind";
-  return all.empty() ? E{} : all.front();
-}
-
-template <class E>
-bool has(const DemandEffects& fx) {
-  return !all_of<E>(fx).empty();
-}
-
-// The index of the first effect of kind E (fx.size() if none).
-template <class E>
-std::size_t position(const DemandEffects& fx) {
-  for (std::size_t i = 0; i < fx.size(); ++i)
-    if (std::holds_alternative<E>(fx[i])) return i;
-  return fx.size();
 }
 
 ServeReply hit(std::string bytes, bool promoted, std::uint64_t branch = 0, Duration cost = 120ms) {
@@ -123,6 +74,16 @@ class DemandFlowRouting : public ::testing::Test {
   }
   Hash128 name_of(const dsl::Stage& s) {
     return stage_name(policy, s, endpoint_of(s), *body_of(s), {}, "run-1");
+  }
+  // Demand 1 for the handler misses and leads execution 9 on the engine.
+  void lead_the_handler() {
+    route_to_email();
+    start(1, handle);
+    flow->served(1, ServeReply{});
+    ClaimReply lead;
+    lead.kind = csl::ClaimKind::lead;
+    lead.execution = 9;
+    flow->claimed(1, lead);
   }
   // The router ran and chose email (its demand answered from the engine, unstored); the
   // handler branch it opened is known as `branch` (0: none was opened).
@@ -366,13 +327,7 @@ TEST_F(DemandFlowRouting, AJoinedDemandPastItsBoundLeavesAndRunsItself) {
 }
 
 TEST_F(DemandFlowRouting, AnEngineErrorIsLandedForTheWaitersAndAnswered) {
-  route_to_email();
-  start(1, handle);
-  flow->served(1, ServeReply{});
-  ClaimReply lead;
-  lead.kind = csl::ClaimKind::lead;
-  lead.execution = 9;
-  flow->claimed(1, lead);
+  lead_the_handler();
   const auto fx = flow->executed(1, engine_error(engines::ErrorKind::total_timeout));
   EXPECT_EQ(only<demand::Land>(fx).landed->outcome, Landed::Outcome::error);
   EXPECT_EQ(only<demand::Answer>(fx).reply.status, 504);
@@ -381,25 +336,13 @@ TEST_F(DemandFlowRouting, AnEngineErrorIsLandedForTheWaitersAndAnswered) {
 }
 
 TEST_F(DemandFlowRouting, ACancelledLeaderSendsItsWaitersToClaimAgain) {
-  route_to_email();
-  start(1, handle);
-  flow->served(1, ServeReply{});
-  ClaimReply lead;
-  lead.kind = csl::ClaimKind::lead;
-  lead.execution = 9;
-  flow->claimed(1, lead);
+  lead_the_handler();
   const auto fx = flow->executed(1, engine_error(engines::ErrorKind::cancelled));
   EXPECT_EQ(only<demand::Land>(fx).landed->outcome, Landed::Outcome::retry);
 }
 
 TEST_F(DemandFlowRouting, AnAbnormalCompletionAnswersItsCallerButIsNeverStored) {
-  route_to_email();
-  start(1, handle);
-  flow->served(1, ServeReply{});
-  ClaimReply lead;
-  lead.kind = csl::ClaimKind::lead;
-  lead.execution = 9;
-  flow->claimed(1, lead);
+  lead_the_handler();
   auto r = engine_ok(chat("partial"));
   r.result.complete = false;  // e.g. an error event inside the stream
   const auto fx = flow->executed(1, r);
@@ -439,13 +382,7 @@ TEST_F(DemandFlowRouting, AClaimScopesTheRecordsItReadsToTheCaller) {
 }
 
 TEST_F(DemandFlowRouting, ARefusedDemandIsAnsweredAndItsWaitersToo) {
-  route_to_email();
-  start(1, handle);
-  flow->served(1, ServeReply{});
-  ClaimReply lead;
-  lead.kind = csl::ClaimKind::lead;
-  lead.execution = 9;
-  flow->claimed(1, lead);
+  lead_the_handler();
   const auto fx = flow->refused(1, error_reply(404, "not_found", "no engine"));
   EXPECT_EQ(only<demand::Land>(fx).landed->outcome, Landed::Outcome::error);
   EXPECT_EQ(only<demand::Answer>(fx).reply.status, 404);

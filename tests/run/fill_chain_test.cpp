@@ -3,6 +3,7 @@
 #include "run/fill_chain.hpp"
 
 #include "dsl/render.hpp"
+#include "tests/run/effects.hpp"
 #include "tests/run/graphs.hpp"
 
 #include <gtest/gtest.h>
@@ -17,57 +18,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
-Caller acme() {
-  Caller c;
-  c.tenant = "acme";
-  return c;
-}
 using branch::FillStatus;
 using dynrt::testing::graph;
+using namespace dynrt::run::testing;
 using nlohmann::json;
-
-std::string chat(const std::string& content) {
-  return json{{"choices",
-               {{{"index", 0},
-                 {"message", {{"role", "assistant"}, {"content", content}}},
-                 {"finish_reason", "stop"}}}}}
-      .dump();
-}
-
-ExecResult engine_ok(std::string body, Duration took) {
-  ExecResult r;
-  r.ok = true;
-  r.result.body = std::move(body);
-  r.result.engine_time = took;
-  return r;
-}
-
-template <class E>
-std::vector<E> all_of(const FillEffects& fx) {
-  std::vector<E> out;
-  for (const auto& e : fx)
-    if (const auto* p = std::get_if<E>(&e)) out.push_back(*p);
-  return out;
-}
-
-template <class E>
-E only(const FillEffects& fx) {
-  const auto all = all_of<E>(fx);
-  EXPECT_EQ(all.size(), 1u) << "effects of that kind";
-  return all.empty() ? E{} : all.front();
-}
-
-template <class E>
-bool has(const FillEffects& fx) {
-  return !all_of<E>(fx).empty();
-}
-
-template <class E>
-std::size_t position(const FillEffects& fx) {
-  for (std::size_t i = 0; i < fx.size(); ++i)
-    if (std::holds_alternative<E>(fx[i])) return i;
-  return fx.size();
-}
 
 class FillChainRouting : public ::testing::Test {
  protected:
