@@ -42,8 +42,9 @@ class Reload : public ::testing::Test {
     routing_ = read_file("templates/routing.yaml");
     write_file(dir_ / "routing.yaml", routing_);
     // As fast as possible: these scenarios are about templates, not about engine time.
-    engine_ = std::make_shared<engines::sim::SimEngine>(
-        engines::sim::SimParams{}, engines::sim::Script{}, engines::sim::SimEngineOptions{0, "sim"});
+    engine_ =
+        std::make_shared<engines::sim::SimEngine>(engines::sim::SimParams{}, engines::sim::Script{},
+                                                  engines::sim::SimEngineOptions{0, "sim"});
     RuntimeConfig cfg;
     cfg.engines.push_back({"sim", engine_, {}});
     cfg.template_paths = {dir_.string()};
