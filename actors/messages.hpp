@@ -286,7 +286,6 @@ struct Demand {
   std::uint64_t id = 0;
   Request request;
   std::shared_ptr<ReplySink> sink;
-  TimePoint arrived{};
 };
 using DemandPtr = std::shared_ptr<Demand>;
 

@@ -533,7 +533,6 @@ CallId Runtime::complete(Request request, ReplyCallbacks callbacks) {
       d->id = id;
       d->request = std::move(request);
       d->sink = std::move(sink);
-      d->arrived = impl_->time->now();
       anon_send(impl_->root, demand_atom::value, DemandPtr(std::move(d)));
       return id;
     }

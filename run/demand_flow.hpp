@@ -175,7 +175,6 @@ class DemandFlow {
   DemandEffects wait_over(DemandId id, std::uint64_t wait);
 
   bool idle() const { return pending_.empty(); }
-  std::size_t in_flight() const { return pending_.size(); }
   DemandTally take_tally() { return std::exchange(tally_, {}); }
 
  private:
