@@ -566,6 +566,13 @@ CellResult run_cell(const CellContext& cx) {
   res.wasted_engine_s = std::min(res.speculative_engine_s,
                                  (st.engine_ms_wasted / 1000.0 + seconds(counters.wasted)) * per);
   res.served_fill = static_cast<double>(st.served_fill) * per;
+  const auto& gate = st.admission;
+  if (const auto decided = gate.branches_opened + gate.branches_closed; decided > 0) {
+    res.gate_open_share = static_cast<double>(gate.branches_opened) / static_cast<double>(decided);
+    res.gate_audit_share = gate.branches_opened ? static_cast<double>(gate.generation_audits) /
+                                                      static_cast<double>(gate.branches_opened)
+                                                : 0;
+  }
   // Harness-cache hits during the trace (InstCache's warm-up is not counted: it ran before).
   res.served_cache = static_cast<double>(st.served_cache + harness_hits.load()) * per;
   if (cx.bodies_out) *cx.bodies_out = std::move(bodies);
@@ -607,6 +614,8 @@ json CellResult::to_json() const {
           {"wasted_engine_s_per_request", wasted_engine_s},
           {"served_fill_per_request", served_fill},
           {"served_cache_per_request", served_cache},
+          {"gate_open_share", gate_open_share},
+          {"gate_audit_share", gate_audit_share},
           {"wall_s", wall_s}};
 }
 
@@ -814,7 +823,8 @@ std::string format_bench(const BenchOptions& o, const BenchResult& r) {
     md << "\n## " << w << (w == "hci" ? " (latency of the user turn after the think gap)" : "")
        << "\n\n| rate | arm | mean s | p50 s | p99 s | × floor | accuracy | fills issued / "
           "consumed / discarded per req | spec. engine-s / req (wasted) | served fill / cache "
-          "per req | failures |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+          "per req | gate open (audits) | failures "
+          "|\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& c : r.cells) {
       if (c.workload != w) continue;
       md << "| " << c.rate << " | " << c.arm << " | " << fixed(c.mean_s) << " | " << fixed(c.p50_s)
@@ -822,8 +832,12 @@ std::string format_bench(const BenchOptions& o, const BenchResult& r) {
          << fixed(c.accuracy, 3) << " | " << fixed(c.fills_issued) << " / "
          << fixed(c.fills_consumed) << " / " << fixed(c.fills_discarded) << " | "
          << fixed(c.speculative_engine_s) << " (" << fixed(c.wasted_engine_s) << ") | "
-         << fixed(c.served_fill) << " / " << fixed(c.served_cache) << " | " << c.failures
-         << (c.first_failure.empty() ? "" : " (" + c.first_failure + ")") << " |\n";
+         << fixed(c.served_fill) << " / " << fixed(c.served_cache) << " | "
+         << (c.gate_open_share < 0
+                 ? std::string("–")
+                 : fixed(c.gate_open_share) + " (" + fixed(c.gate_audit_share) + ")")
+         << " | " << c.failures << (c.first_failure.empty() ? "" : " (" + c.first_failure + ")")
+         << " |\n";
     }
     if (const auto it = r.traces.find(w); it != r.traces.end())
       md << "\nTrace: `" << it->second.dump() << "`\n";

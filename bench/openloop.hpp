@@ -75,7 +75,11 @@ struct CellResult {
   double wasted_engine_s = 0;       // ... of fills nobody consumed
   double served_fill = 0;           // demands served by fills, per request
   double served_cache = 0;          // ... from the library or a harness cache
-  double wall_s = 0;                // real seconds the cell took
+  // The share of decisions at which the generation gate (Action 0) opened, and of those the
+  // share an audit opened; -1 when the arm made no decision (no fills).
+  double gate_open_share = -1;
+  double gate_audit_share = -1;
+  double wall_s = 0;  // real seconds the cell took
   std::string first_failure;
   nlohmann::json to_json() const;
 };

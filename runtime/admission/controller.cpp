@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace dynrt::admission {
 
@@ -43,7 +44,15 @@ double Controller::uniform() {
 }
 
 Controller::ClassState& Controller::state(const Hash128& coordinate) {
-  return classes_[coordinate];
+  return classes_.try_emplace(coordinate, config_.evidence_memory).first->second;
+}
+
+// The usability posterior forgets at the class model's pace: what is left of the evidence
+// beyond the Beta(1, 1) prior is discounted before the new outcome is added.
+void Controller::learn_usability(ClassState& c, bool usable) const {
+  const double m = std::clamp(config_.evidence_memory, 1e-3, 1.0);
+  c.usability.alpha = 1 + m * (c.usability.alpha - 1) + (usable ? 1 : 0);
+  c.usability.beta = 1 + m * (c.usability.beta - 1) + (usable ? 0 : 1);
 }
 
 Controller::Branch* Controller::find(BranchId branch) {
@@ -105,21 +114,26 @@ GenerationDecision Controller::open_branch(BranchId branch, const Hash128& coord
     if (d.u0 > 0) {
       d.open = true;
       d.reason = GateReason::ucb;
-    } else if (uniform() < config_.generation_audit) {
+    } else if (uniform() < config_.generation_audit ||
+               (config_.audit_after > 0 && c.refused + 1 >= config_.audit_after)) {
+      // A closed class keeps gathering evidence, so that it can open again when fills pay.
       d.open = true;
       d.reason = GateReason::audit;
       ++stats_.generation_audits;
     } else {
       d.reason = GateReason::closed;
+      ++c.refused;
       ++stats_.branches_closed;
       return d;
     }
   }
+  c.refused = 0;
   // BeginTrial: registered before expansion, so feedback during setup finds it.
   branches_.erase(branch);  // an id opened twice starts afresh
   Branch& b = branches_.try_emplace(branch).first->second;
   b.coordinate = coordinate;
   b.x = d.x;
+  b.audit = d.reason == GateReason::audit;
   ++c.pending;
   ++stats_.branches_opened;
   return d;
@@ -182,7 +196,10 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
     made[i] = id;
     return true;
   };
-  hooks.audit = [&] { return uniform() < config_.fill_audit; };
+  // An audited branch probes: its best feasible candidate is admitted even at non-positive
+  // utility (Algorithm 1, line 12), or the audit would learn the setup cost and nothing of
+  // the fills, and a class closed because its fills failed could never see them pay.
+  hooks.audit = [&] { return std::exchange(b->audit, false) || uniform() < config_.fill_audit; };
   std::vector<Step> steps;
   if (config_.policy == AdmissionPolicy::priced) {
     steps = admit_fills(priced, out.view, curves_, budget, hooks);
@@ -247,7 +264,7 @@ void Controller::resolve(BranchId branch, std::optional<std::size_t> selected_ra
 void Controller::consumed(BranchId branch, std::size_t /*rank*/, double saved_ms) {
   Branch* b = find(branch);
   if (!b) return;
-  state(b->coordinate).usability.alpha += 1;
+  learn_usability(state(b->coordinate), true);
   ++b->consumed;
   if (b->settled) {
     revise(branch, saved_ms);
@@ -269,7 +286,7 @@ void Controller::credit(BranchId branch, double saved_ms) {
 void Controller::missed(BranchId branch, std::size_t /*rank*/, double wait_ms) {
   Branch* b = find(branch);
   if (!b) return;
-  state(b->coordinate).usability.beta += 1;
+  learn_usability(state(b->coordinate), false);
   if (b->settled) {
     revise(branch, -wait_ms);
   } else {
@@ -320,7 +337,7 @@ void Controller::settle(BranchId branch) {
   for (const ReservationId r : b->reservations)
     release(r);
   ClassState& c = state(b->coordinate);
-  c.model.observe(b->x, b->y);
+  b->observation = c.model.observe(b->x, b->y);
   c.pending = std::max(0, c.pending - 1);
   if (b->admitted > 0) {
     const double share = static_cast<double>(b->consumed) / b->admitted;
@@ -338,7 +355,7 @@ void Controller::revise(BranchId branch, double delta_ms) {
   if (!b) return;
   const double old_y = b->y;
   b->y += delta_ms;
-  if (b->settled) state(b->coordinate).model.revise(b->x, old_y, b->y);
+  if (b->settled) state(b->coordinate).model.revise(b->observation, b->x, old_y, b->y);
 }
 
 // -- inspection ---------------------------------------------------------------------------------

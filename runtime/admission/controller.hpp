@@ -67,9 +67,13 @@ struct AdmissionConfig {
   double static_max_backlog = 0.03;            // ... and queued requests per slot at most this
   Duration horizon = std::chrono::seconds(5);  // H of the causal envelope
   PriceParams prices;
-  int cold_trials = 8;                // n0: trials per class before the UCB rule applies
-  double generation_audit = 0.05;     // chance a closed generation gate opens anyway
-  double fill_audit = 0.05;           // chance one refused candidate is admitted anyway
+  int cold_trials = 8;             // n0: trials per class before the UCB rule applies
+  double generation_audit = 0.05;  // chance a closed generation gate opens anyway
+  int audit_after = 20;            // ... and it surely opens after this many refusals in a row
+  double fill_audit = 0.05;        // chance one refused candidate is admitted anyway
+  // gamma: the weight an observation of a class loses with each newer one, in the gate's
+  // model (ClassModel) and in its usability posterior. 1 forgets nothing.
+  double evidence_memory = 0.9;
   double consumption_memory = 0.1;    // weight of the newest branch in the consumption EWMA
   std::size_t settled_memory = 4096;  // settled branches kept for delayed feedback
   std::uint64_t seed = 1;
@@ -80,7 +84,8 @@ enum class GateReason {
   cold_pending,  ///< closed: the remaining cold trials are in flight; wait for their feedback
   ucb,           ///< opened: U0 > 0
   closed,        ///< closed: U0 <= 0
-  audit,         ///< opened by a seeded audit despite U0 <= 0
+  audit,         ///< opened by an audit despite U0 <= 0 (seeded, or after audit_after refusals);
+                 ///< its Action 1 admits at least the best feasible candidate
   fixed,         ///< opened by a fixed policy (AdmissionPolicy other than priced)
 };
 
@@ -188,11 +193,13 @@ class Controller {
 
  private:
   struct ClassState {
+    explicit ClassState(double memory) : model(Context::Zero(), memory) {}
     ClassModel model;
     RankSelection selection;
     BetaPosterior usability;
     double consumption = 0.5;  // EWMA of consumed / admitted fills
     int pending = 0;           // opened, not yet settled
+    int refused = 0;           // decisions closed in a row
   };
   // Allocator-aware, so that a branch's lists come from the controller's pool (memory_).
   struct Branch {
@@ -200,7 +207,9 @@ class Controller {
     explicit Branch(const allocator_type& a) : predicted_ranks(a), reservations(a) {}
     Hash128 coordinate;
     Context x = Context::Zero();
-    double y = 0;  // the full-path return so far (Eq. 4)
+    double y = 0;                   // the full-path return so far (Eq. 4)
+    std::uint64_t observation = 0;  // its index in the class model, once settled
+    bool audit = false;             // opened by an audit: Action 1 probes
     std::pmr::vector<std::size_t> predicted_ranks;
     std::pmr::vector<ReservationId> reservations;
     int admitted = 0;
@@ -222,6 +231,7 @@ class Controller {
 
   double uniform();
   ClassState& state(const Hash128& coordinate);
+  void learn_usability(ClassState& c, bool usable) const;
   Branch* find(BranchId branch);
   void record_load();
 

@@ -8,8 +8,16 @@
 //     U0(c, x) = x^T A^-1 q + sigma * sqrt(x^T A^-1 x) > 0                      (Eq. 5)
 // with sigma the observed RMS of y (linear UCB; the radius scales with the target's size,
 // it is not a calibrated confidence bound). One aggregate return per branch, never one bonus
-// per candidate: exclusive candidates would otherwise be overvalued. A^-1 is kept up to date
-// by Sherman-Morrison updates, so scoring a context is O(d^2).
+// per candidate: exclusive candidates would otherwise be overvalued.
+//
+// Evidence is discounted (discounted LinUCB, Russac et al., 2019): each new observation
+// multiplies the weight of the earlier ones by `memory` (gamma), so A_c = I + sum gamma^age
+// x x^T and q_c = w0 + sum gamma^age x y, and sigma is the discounted RMS. The ridge prior I is
+// not discounted. A class's returns move with the load and with its predictor, and a class
+// whose first trials failed must not need as many good branches as it once had bad ones to
+// open again: with gamma 0.9 a branch ten observations old weighs a third of a new one. With
+// gamma 1 nothing is forgotten and A^-1 is Sherman-Morrison's exact inverse. A^-1 is kept
+// up to date after each observation (a 6 x 6 solve), so scoring a context is O(d^2).
 //
 // Context x (d = 6):
 //   0 bias                 1
@@ -26,6 +34,8 @@
 #pragma once
 
 #include <Eigen/Dense>
+
+#include <cstdint>
 
 namespace dynrt::admission {
 
@@ -44,30 +54,41 @@ Context make_context(const ContextInputs& in);
 
 class ClassModel {
  public:
-  // `prior` is w0 (the class prior on the weights); zero unless told otherwise.
-  explicit ClassModel(const Context& prior = Context::Zero());
+  // `prior` is w0 (the class prior on the weights); zero unless told otherwise. `memory` is
+  // gamma, in (0, 1].
+  explicit ClassModel(const Context& prior = Context::Zero(), double memory = 1.0);
 
   // Eq. 5: the mean and the exploration radius at x.
   double mean(const Context& x) const;
   double radius(const Context& x) const;
   double ucb(const Context& x) const { return mean(x) + radius(x); }
 
-  // A settled branch: one observation (x, y).
-  void observe(const Context& x, double y);
-  // Delayed feedback on an already observed branch: its target moves from old_y to new_y;
-  // q_c and sigma follow, A_c and the sample count do not (no second observation).
-  void revise(const Context& x, double old_y, double new_y);
+  // A settled branch: one observation (x, y). Returns its index, for revise().
+  std::uint64_t observe(const Context& x, double y);
+  // Delayed feedback on observation `index`: its target moves from old_y to new_y; q_c and
+  // sigma follow at that observation's present weight, A_c and the sample count do not (no
+  // second observation).
+  void revise(std::uint64_t index, const Context& x, double old_y, double new_y);
 
-  int samples() const { return samples_; }
-  double sigma() const;  // observed RMS of the targets
+  int samples() const { return samples_; }  // observations, undiscounted (the cold trials)
+  double sigma() const;                     // discounted RMS of the targets
+  double memory() const { return memory_; }
   const Eigen::Matrix<double, kContextDim, kContextDim>& a_inverse() const { return a_inv_; }
-  const Context& q() const { return q_; }
+  Context q() const { return prior_ + q_evidence_; }
 
  private:
-  Eigen::Matrix<double, kContextDim, kContextDim> a_inv_;
-  Context q_;
+  double weight_of(std::uint64_t index) const;
+
+  using Matrix = Eigen::Matrix<double, kContextDim, kContextDim>;
+  double memory_;
+  Context prior_;
+  Matrix evidence_ = Matrix::Zero();  // sum gamma^age x x^T
+  Matrix a_inv_ = Matrix::Identity();
+  Context q_evidence_ = Context::Zero();  // sum gamma^age x y
   int samples_ = 0;
-  double sum_y2_ = 0;
+  std::uint64_t observations_ = 0;  // the next observation's index
+  double sum_y2_ = 0;               // sum gamma^age y^2
+  double weight_ = 0;               // sum gamma^age
 };
 
 }  // namespace dynrt::admission

@@ -34,13 +34,43 @@ TEST(ClassModel, ShermanMorrisonKeepsTheExactInverse) {
 TEST(ClassModel, RevisionMovesQAndSigmaButAddsNoObservation) {
   ClassModel m;
   const Context x = make_context(ContextInputs{0.5, 0.5, 0.5, 0, 0});
-  m.observe(x, 100);
+  const auto index = m.observe(x, 100);
   const auto a = m.a_inverse();
-  m.revise(x, 100, 250);
+  m.revise(index, x, 100, 250);
   EXPECT_EQ(m.samples(), 1);
   EXPECT_TRUE(m.a_inverse().isApprox(a));
   EXPECT_TRUE(m.q().isApprox(x * 250.0));
   EXPECT_NEAR(m.sigma(), 250, 1e-9);
+}
+
+TEST(ClassModel, DiscountedEvidenceWeighsEachObservationByItsAge) {
+  const double g = 0.8;
+  ClassModel m(Context::Zero(), g);
+  Eigen::Matrix<double, kContextDim, kContextDim> e =
+      Eigen::Matrix<double, kContextDim, kContextDim>::Zero();
+  Context q = Context::Zero();
+  double y2 = 0, w = 0;
+  std::vector<std::uint64_t> index;
+  std::vector<Context> xs;
+  for (int i = 0; i < 12; ++i) {
+    const Context x = make_context(ContextInputs{0.07 * i, 0.03 * i, 0.4, 0.1 * (i % 4), 0.2});
+    const double y = 50.0 - 9 * i;
+    index.push_back(m.observe(x, y));
+    xs.push_back(x);
+    e = g * e + x * x.transpose();  // the ridge prior I is not discounted
+    q = g * q + x * y;
+    y2 = g * y2 + y * y;
+    w = g * w + 1;
+  }
+  const auto identity = Eigen::Matrix<double, kContextDim, kContextDim>::Identity();
+  EXPECT_TRUE(m.a_inverse().isApprox((identity + e).inverse(), 1e-9));
+  EXPECT_TRUE(m.q().isApprox(q, 1e-9));
+  EXPECT_NEAR(m.sigma(), std::sqrt(y2 / w), 1e-9);
+  EXPECT_EQ(m.samples(), 12);
+  // Delayed feedback on the third observation lands at its present weight, g^9.
+  m.revise(index[2], xs[2], 32, 132);
+  EXPECT_TRUE(m.q().isApprox(q + std::pow(g, 9) * 100 * xs[2], 1e-9));
+  EXPECT_EQ(m.samples(), 12);
 }
 
 TEST(Context, HasItsSixDocumentedComponents) {
@@ -238,7 +268,8 @@ struct Scenario {
   BranchId next = 1;
   int opened = 0;
   int audits = 0;
-  int last_open = -1;  // index of the last branch the gate opened, audits aside
+  int last_open = -1;   // index of the last branch the gate opened, audits aside
+  int first_open = -1;  // ... and of the first
   int run = 0;
 
   void branches(int n, bool pays, double setup_ms) {
@@ -251,19 +282,28 @@ struct Scenario {
         ++audits;
       } else {
         last_open = run;
+        if (first_open < 0) first_open = run;
       }
       ctl.charge_setup(b, std::chrono::microseconds(static_cast<int>(setup_ms * 1000)));
       const std::vector<Candidate> cands = {{0, 2000, Footprint{1500, 0.004}},
                                             {1, 2000, Footprint{1500, 0.004}}};
       const FillDecision f = ctl.admit(b, cands, 2);
-      ctl.resolve(b, pays ? std::optional<std::size_t>(0) : std::nullopt);
+      ctl.resolve(b, pays || late ? std::optional<std::size_t>(0) : std::nullopt);
       for (const FillChoice& c : f.admitted) {
         if (pays && c.candidate == 0) ctl.consumed(b, 0, 2000);
+        if (late && c.candidate == 0) ctl.missed(b, 0, 500);
         ctl.release(c.reservation);
       }
       ctl.settle(b);
     }
   }
+  // The predictor is right, but the fills end after the demand stopped waiting for them.
+  void late_branches(int n, double setup_ms) {
+    late = true;
+    branches(n, false, setup_ms);
+    late = false;
+  }
+  bool late = false;
 };
 
 TEST_F(ControllerTest, TheGateOpensForAPayingClassAndClosesWhenItStopsPaying) {
@@ -283,6 +323,64 @@ TEST_F(ControllerTest, TheGateOpensForAPayingClassAndClosesWhenItStopsPaying) {
   EXPECT_EQ(tail.opened, tail.audits);
   EXPECT_GT(tail.audits, 0);  // and audits keep probing it
   EXPECT_LT(tail.audits, 30);
+}
+
+// A cold start whose trials all fail (a predictor that is wrong at first, fills that came too
+// late): the class closes. When the predictions start to pay, the gate must find its way back
+// on its own, through its audits, and open on U0 again, not stay C1-only for good.
+TEST_F(ControllerTest, AClassClosedByAFailedColdStartReopensWhenFillsPay) {
+  Controller ctl(clock_, config(/*cold=*/4, /*gen_audit=*/0.05, /*fill_audit=*/0.05));
+  ctl.observe_load(0.2, 0);
+  Scenario cold{ctl};
+  cold.late_branches(40, /*setup_ms=*/300);
+  EXPECT_LT(cold.last_open, 20);  // closed after the failed trials
+  Scenario paying{ctl, cold.next};
+  paying.branches(200, /*pays=*/true, /*setup_ms=*/30);
+  // U0 opens it again after a few audits (at the 15th paying branch with this seed): each
+  // audit probes the fills, and the failed start fades from the class's evidence.
+  EXPECT_GE(paying.first_open, 0);
+  EXPECT_LT(paying.first_open, 25);
+  Scenario settled{ctl, paying.next};
+  settled.branches(100, true, 30);
+  EXPECT_GE(settled.opened - settled.audits, 90);
+}
+
+// With the seeded audits off, a closed class is still audited after audit_after refusals in a
+// row, so it cannot lock itself out whatever the seed.
+TEST_F(ControllerTest, AClosedClassIsAuditedAfterAuditAfterRefusalsEvenWithoutSeededAudits) {
+  AdmissionConfig c = config(/*cold=*/4, /*gen_audit=*/0, /*fill_audit=*/0);
+  c.audit_after = 10;
+  Controller ctl(clock_, c);
+  ctl.observe_load(0.2, 0);
+  Scenario cold{ctl};
+  cold.late_branches(60, /*setup_ms=*/300);
+  EXPECT_GE(cold.audits, 4);  // at least one in every ten closed decisions
+  EXPECT_LE(cold.audits, 6);
+  Scenario paying{ctl, cold.next};
+  paying.branches(100, /*pays=*/true, /*setup_ms=*/30);
+  EXPECT_GE(paying.first_open, 0);
+  EXPECT_LT(paying.first_open, 25);
+}
+
+// An audit that opened the generation gate makes Action 1 probe: the best candidate is admitted
+// although its utility is not positive, so the audit learns how the fills fare.
+TEST_F(ControllerTest, AnAuditedBranchAdmitsItsBestCandidateWhateverItsUtility) {
+  AdmissionConfig c = config(/*cold=*/2, /*gen_audit=*/0, /*fill_audit=*/0);
+  c.audit_after = 1;  // every closed decision is audited
+  Controller ctl(clock_, c);
+  ctl.observe_load(0.2, 0);
+  Scenario cold{ctl};
+  cold.late_branches(2, /*setup_ms=*/5000);  // the cold trials: fills late, setup dear
+  const GenerationDecision d = ctl.open_branch(100, kClass);
+  ASSERT_TRUE(d.open);
+  ASSERT_EQ(d.reason, GateReason::audit);
+  // Worth nothing: no gain, so no positive utility at any price.
+  const std::vector<Candidate> cands = {{0, 0, Footprint{1500, 0.004}},
+                                        {1, 0, Footprint{1500, 0.004}}};
+  const FillDecision f = ctl.admit(100, cands, 2);
+  ASSERT_EQ(f.admitted.size(), 1U);
+  EXPECT_TRUE(f.admitted[0].audit);
+  EXPECT_LE(f.admitted[0].utility, 0);
 }
 
 TEST_F(ControllerTest, IsDeterministicForASeed) {
