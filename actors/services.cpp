@@ -375,6 +375,7 @@ struct PricingState {
     const auto p = run::pressure_of(loads, decode_slots, canonical, controller->fills_in_flight());
     // Otherwise the configured pool size (RuntimeConfig::kv_tokens) stands.
     if (p.kv_tokens) costs.set_kv_tokens(*p.kv_tokens);
+    controller->set_decode_slots(p.slots);
     controller->observe_load(p.canonical, p.queued);
   }
 

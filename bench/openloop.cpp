@@ -4,6 +4,7 @@
 #include "bench/driver.hpp"
 #include "dsl/lint.hpp"
 #include "engines/sim/engine.hpp"
+#include "engines/sim/profiles.hpp"
 #include "engines/tools/corpus.hpp"
 
 #include <algorithm>
@@ -356,9 +357,18 @@ CellResult run_cell(const CellContext& cx) {
   res.arm = cx.arm;
   res.requests = w.runs.size();
 
+  auto profile = engines::sim::sim_profile(o.profile);
+  if (!profile) {
+    res.first_failure = profile.error().message;
+    res.failures = res.requests;
+    return res;
+  }
   engines::sim::SimEngineOptions eo;
   eo.time_scale = o.time_scale;
-  auto engine = std::make_shared<engines::sim::SimEngine>(engines::sim::SimParams{}, w.script, eo);
+  eo.workers = profile->workers;
+  engines::sim::SimParams params = profile->params;
+  params.interference_scale = o.interference_scale;
+  auto engine = std::make_shared<engines::sim::SimEngine>(params, w.script, eo);
   auto corpus = engines::Corpus::from_json(w.corpus);
   if (!corpus.ok()) {
     res.first_failure = "corpus: " + corpus.error().message;
@@ -646,6 +656,10 @@ std::pair<CellResult, CellResult> floor_and_full(const BenchOptions& o, const Tr
 
 BenchResult run_bench(const BenchOptions& o) {
   BenchResult out;
+  if (auto p = engines::sim::sim_profile(o.profile); !p) {
+    out.error = p.error().message;
+    return out;
+  }
   const dsl::LintReport report = dsl::lint_paths({o.templates});
   std::map<std::string, const dsl::TemplateGraph*> graphs;
   for (const auto* g : report.graphs())
@@ -741,6 +755,8 @@ BenchResult run_bench(const BenchOptions& o) {
 json BenchResult::to_json(const BenchOptions& o) const {
   json j;
   j["seed"] = o.seed;
+  j["profile"] = o.profile;
+  j["interference_scale"] = o.interference_scale;
   j["time_scale"] = o.time_scale;
   j["requests"] = o.requests;
   j["repeat_rate"] = o.repeat_rate;
@@ -811,9 +827,12 @@ const CellResult* find(const BenchResult& r, const std::string& w, double rate,
 
 std::string format_bench(const BenchOptions& o, const BenchResult& r) {
   std::ostringstream md;
-  md << "# dynrt bench\n\nseed " << o.seed << ", " << o.requests
-     << " requests per cell, time scale " << o.time_scale
-     << " ms per simulated second, exact-repeat rate " << o.repeat_rate
+  md << "# dynrt bench\n\nengine profile " << o.profile
+     << (o.interference_scale != 1.0
+             ? " (true interference " + fixed(o.interference_scale) + "× the price curves' fit)"
+             : std::string())
+     << ", seed " << o.seed << ", " << o.requests << " requests per cell, time scale "
+     << o.time_scale << " ms per simulated second, exact-repeat rate " << o.repeat_rate
      << "; latencies in simulated seconds.\n";
   std::vector<std::string> workloads;
   for (const auto& c : r.cells)

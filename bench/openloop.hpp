@@ -48,6 +48,8 @@ struct BenchOptions {
   double repeat_rate = 0.5;  // share of runs that exactly repeat a popular request
   bool sweeps = false;       // also the fanout, repeat-rate and unpredictable-trace runs
   std::string templates = "templates";
+  std::string profile = "default";   // the simulated engine's (engines/sim/profiles.hpp)
+  double interference_scale = 1.0;   // its true interference over the price curves' fit
   std::string out_dir;               // empty: write nothing
   std::ostream* progress = nullptr;  // progress goes here when set
   // A bar redrawn in place suits a terminal; a log or a pipe would get the whole bar anew on

@@ -1,6 +1,7 @@
 #include "bench/admission_replay.hpp"
 #include "bench/openloop.hpp"
 #include "cli/commands.hpp"
+#include "engines/sim/profiles.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -112,6 +113,14 @@ void add_open_loop(CLI::App& bench, const std::string& which, const std::string&
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   cmd->add_option("--seed", cli->options.seed, "Seed of the trace and the controller")
+      ->capture_default_str();
+  cmd->add_option("--profile", cli->options.profile,
+                  "Simulated engine profile (" + engines::sim::sim_profile_names() +
+                      "; docs/engine-profiles.md)")
+      ->capture_default_str();
+  cmd->add_option("--interference-scale", cli->options.interference_scale,
+                  "The engine's true interference as a multiple of the fit the price curves use")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--time-scale", cli->options.time_scale,
                   "Real milliseconds per simulated second (1000 is real time)")

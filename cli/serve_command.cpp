@@ -5,6 +5,7 @@
 #include "dsl/lint.hpp"
 #include "dsl/report.hpp"
 #include "engines/factory.hpp"
+#include "engines/sim/profiles.hpp"
 #include "engines/tools/corpus.hpp"
 #include "gateway/server.hpp"
 #include "gateway/tls.hpp"
@@ -52,7 +53,9 @@ struct ServeOptions {
   int threads = 2;
   int io_threads = 2;
   double time_scale = 1000;
-  int sim_slots = 64;
+  int sim_slots = 0;  // 0: the profile's
+  std::string sim_profile = "default";
+  double interference_scale = 1.0;
   std::string script;
   std::string corpus;
   bool no_reuse = false;
@@ -121,6 +124,9 @@ bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) 
     if (const auto s = root["sim"]) {
       if (s["time_scale"] && !given("--time-scale")) o.time_scale = s["time_scale"].as<double>();
       if (s["slots"] && !given("--sim-slots")) o.sim_slots = s["slots"].as<int>();
+      if (s["profile"] && !given("--profile")) o.sim_profile = s["profile"].as<std::string>();
+      if (s["interference_scale"] && !given("--interference-scale"))
+        o.interference_scale = s["interference_scale"].as<double>();
       if (s["script"] && !given("--script")) o.script = s["script"].as<std::string>();
     }
     if (const auto t = root["tools"])
@@ -291,7 +297,17 @@ int serve(ServeOptions o, const CLI::App& cmd) {
   config.max_live_runs = o.max_live_runs;
   config.shared_stages = o.shared_stages;
   std::vector<std::string> models;
-  const engines::SimSpec sim{o.sim_slots, o.time_scale, o.script};
+  const engines::SimSpec sim{o.sim_slots, o.time_scale, o.script, o.sim_profile,
+                             o.interference_scale};
+  // Checked whatever the engines are, so that a misspelt profile is never silently unused.
+  if (auto p = engines::sim::sim_profile(o.sim_profile); !p) {
+    std::cerr << "dynrt serve: " << p.error().message << "\n";
+    return kExitUsage;
+  }
+  if (!(o.interference_scale > 0)) {
+    std::cerr << "dynrt serve: sim.interference_scale must be above 0\n";
+    return kExitUsage;
+  }
   for (const auto& e : o.engines) {
     auto engine = engines::make_engine(e, sim);
     if (!engine) {
@@ -444,8 +460,17 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
                   "possible)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  cmd->add_option("--sim-slots", o->sim_slots, "sim: decode slots")
-      ->check(CLI::Range(1, 65536))
+  cmd->add_option("--sim-slots", o->sim_slots,
+                  "sim: decode slots per worker (default: the profile's)")
+      ->check(CLI::Range(1, 65536));
+  cmd->add_option(
+         "--profile", o->sim_profile,
+         "sim: engine profile (" + engines::sim::sim_profile_names() + "; docs/engine-profiles.md)")
+      ->capture_default_str();
+  cmd->add_option("--interference-scale", o->interference_scale,
+                  "sim: the engine's true interference as a multiple of the fit the price curves "
+                  "use (1: exact)")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--script", o->script, "sim: response script (JSON lines)");
   cmd->add_option("--corpus", o->corpus,

@@ -2,14 +2,18 @@
 
 #include "engines/openai/engine.hpp"
 #include "engines/sim/engine.hpp"
+#include "engines/sim/profiles.hpp"
 
 namespace dynrt::engines {
 
 namespace {
 
 Expected<std::shared_ptr<Engine>> make_sim_engine(const SimSpec& sim) {
-  sim::SimParams params;
-  params.slots = sim.slots;
+  auto profile = sim::sim_profile(sim.profile);
+  if (!profile) return profile.error();
+  sim::SimParams params = profile->params;
+  if (sim.slots > 0) params.slots = sim.slots;
+  params.interference_scale = sim.interference_scale;
   sim::Script script;
   if (!sim.script.empty()) {
     auto loaded = sim::Script::load(sim.script);
@@ -19,6 +23,7 @@ Expected<std::shared_ptr<Engine>> make_sim_engine(const SimSpec& sim) {
   sim::SimEngineOptions so;
   so.time_scale = sim.time_scale;
   so.name = "sim";
+  so.workers = profile->workers;
   return std::shared_ptr<Engine>(std::make_shared<sim::SimEngine>(params, std::move(script), so));
 }
 

@@ -25,9 +25,11 @@ struct EngineSpec {
 
 // How every `sim` engine runs.
 struct SimSpec {
-  int slots = 64;            // decode slots
+  int slots = 0;             // decode slots per worker; 0: the profile's
   double time_scale = 1000;  // real milliseconds per simulated second; 0: as fast as possible
   std::string script;        // response script (JSON lines); empty: none
+  std::string profile = "default";  // engines/sim/profiles.hpp
+  double interference_scale = 1.0;  // the engine's true interference over the price curves'
 };
 
 // A new engine as `spec` says; `sim` applies to a spec whose url is "sim".

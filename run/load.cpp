@@ -17,6 +17,7 @@ Pressure pressure_of(const std::vector<engines::LoadSnapshot>& loads, int config
   }
   if (slots <= 0) slots = kDefaultDecodeSlots;
   Pressure p;
+  p.slots = slots;
   if (kv_total > kKvTokensAtLeast) p.kv_tokens = kv_total;
   const int canonical_now = std::max(canonical, busy - fills);
   p.canonical = std::min(1.0, static_cast<double>(canonical_now) / slots);

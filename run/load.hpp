@@ -18,8 +18,9 @@ inline constexpr int kDefaultDecodeSlots = 64;
 inline constexpr double kKvTokensAtLeast = 1000;
 
 struct Pressure {
-  double canonical = 0;  // the share of decode slots canonical requests hold, in [0, 1]
-  double queued = 0;     // the requests queued, as a share of the slots, in [0, 1]
+  int slots = kDefaultDecodeSlots;  // the decode slots the shares below are of
+  double canonical = 0;             // the share of decode slots canonical requests hold, in [0, 1]
+  double queued = 0;                // the requests queued, as a share of the slots, in [0, 1]
   // The engines' KV pool in tokens, when they report one (else the configured size stands).
   std::optional<double> kv_tokens;
 };

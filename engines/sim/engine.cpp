@@ -1,13 +1,17 @@
 #include "engines/sim/engine.hpp"
 
+#include <algorithm>
+#include <tuple>
 #include <utility>
 
 namespace dynrt::engines::sim {
 
 SimEngine::SimEngine(SimParams params, Script script, SimEngineOptions options)
-    : options_(std::move(options)),
-      model_(std::move(params), std::move(script)),
-      real_start_(std::chrono::steady_clock::now()) {
+    : options_(std::move(options)), real_start_(std::chrono::steady_clock::now()) {
+  const int workers = std::max(1, options_.workers);
+  models_.reserve(static_cast<std::size_t>(workers));
+  for (int i = 0; i < workers; ++i)
+    models_.emplace_back(params, script);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -26,11 +30,39 @@ SimEngine::~SimEngine() {
 // Simulated time now: the real time elapsed, scaled; or, at time scale 0, wherever the last
 // jump left it.
 SimTime SimEngine::sim_now_locked() const {
-  if (options_.time_scale <= 0) return std::max(jump_, model_.now());
+  SimTime model_now{0};
+  for (const SimModel& m : models_)
+    model_now = std::max(model_now, m.now());
+  if (options_.time_scale <= 0) return std::max(jump_, model_now);
   const auto real = std::chrono::steady_clock::now() - real_start_;
   const double sim_ns = static_cast<double>(std::chrono::duration_cast<Duration>(real).count()) *
                         1000.0 / options_.time_scale;
-  return std::max(Duration(static_cast<Duration::rep>(sim_ns)), model_.now());
+  return std::max(Duration(static_cast<Duration::rep>(sim_ns)), model_now);
+}
+
+std::optional<SimTime> SimEngine::next_event_locked() const {
+  std::optional<SimTime> next;
+  for (const SimModel& m : models_)
+    if (const auto t = m.next_event()) next = next ? std::min(*next, *t) : *t;
+  return next;
+}
+
+// Canonical: the least-loaded worker (slots busy and queued over slots, then KV in use, then
+// the lowest index). A fill: the worker running the fewest canonical requests first.
+std::size_t SimEngine::pick_worker(const EngineRequest& request) const {
+  if (models_.size() == 1) return 0;
+  const bool fill = request.priority > 0;
+  auto key = [&](std::size_t i) {
+    const LoadSnapshot l = models_[i].load();
+    const double busy = static_cast<double>(l.slots_busy + l.queued) /
+                        static_cast<double>(std::max(1, l.slots_total));
+    const double kv = l.kv_total > 0 ? l.kv_used / l.kv_total : 0;
+    return std::make_tuple(fill ? models_[i].canonical_in_flight() : 0, busy, kv, i);
+  };
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < models_.size(); ++i)
+    if (key(i) < key(best)) best = i;
+  return best;
 }
 
 RequestHandle SimEngine::submit(EngineRequest request, std::shared_ptr<ResponseSink> sink) {
@@ -39,7 +71,9 @@ RequestHandle SimEngine::submit(EngineRequest request, std::shared_ptr<ResponseS
     std::lock_guard lock(mutex_);
     h = next_handle_++;
     sinks_.emplace(h, std::move(sink));
-    model_.submit(h, std::move(request), sim_now_locked());
+    const std::size_t w = pick_worker(request);
+    owner_.emplace(h, w);
+    models_[w].submit(h, std::move(request), sim_now_locked());
   }
   wake_.notify_one();
   return h;
@@ -48,22 +82,53 @@ RequestHandle SimEngine::submit(EngineRequest request, std::shared_ptr<ResponseS
 void SimEngine::cancel(RequestHandle handle) {
   {
     std::lock_guard lock(mutex_);
-    if (!sinks_.count(handle)) return;
-    model_.cancel(handle, sim_now_locked());
+    const auto owner = owner_.find(handle);
+    if (owner == owner_.end() || !sinks_.count(handle)) return;
+    models_[owner->second].cancel(handle, sim_now_locked());
   }
   wake_.notify_one();
 }
 
 LoadSnapshot SimEngine::load() const {
   std::lock_guard lock(mutex_);
-  LoadSnapshot s = model_.load();
+  LoadSnapshot s;
+  for (const SimModel& m : models_) {
+    const LoadSnapshot w = m.load();
+    s.slots_busy += w.slots_busy;
+    s.slots_total += w.slots_total;
+    s.kv_used += w.kv_used;
+    s.kv_total += w.kv_total;
+    s.queued += w.queued;
+  }
+  s.valid = true;
+  s.at = TimePoint{} + sim_now_locked();
+  return s;
+}
+
+LoadSnapshot SimEngine::worker_load(int worker) const {
+  std::lock_guard lock(mutex_);
+  LoadSnapshot s = models_.at(static_cast<std::size_t>(worker)).load();
   s.at = TimePoint{} + sim_now_locked();
   return s;
 }
 
 SimCounters SimEngine::counters() const {
   std::lock_guard lock(mutex_);
-  return model_.counters();
+  SimCounters sum;
+  for (const SimModel& m : models_) {
+    const SimCounters& c = m.counters();
+    sum.submitted += c.submitted;
+    sum.completed += c.completed;
+    sum.cancelled += c.cancelled;
+    sum.rejected += c.rejected;
+    sum.prompt_tokens += c.prompt_tokens;
+    sum.generated_tokens += c.generated_tokens;
+    sum.steps += c.steps;
+    sum.busy += c.busy;
+    sum.background_busy += c.background_busy;
+    sum.wasted += c.wasted;
+  }
+  return sum;
 }
 
 SimTime SimEngine::simulated_now() const {
@@ -81,7 +146,7 @@ void SimEngine::run() {
   std::vector<std::pair<std::shared_ptr<ResponseSink>, SimEvent>> ready;
   std::unique_lock lock(mutex_);
   while (!stop_) {
-    const std::optional<SimTime> next = model_.next_event();
+    const std::optional<SimTime> next = next_event_locked();
     if (!next) {
       idle_.notify_all();
       wake_.wait(lock);
@@ -99,13 +164,18 @@ void SimEngine::run() {
         continue;  // woken early by a command, or on time: re-read the clock
       }
     }
-    model_.advance(now, events);
+    for (SimModel& m : models_)
+      m.advance(now, events);
+    // In time order across the workers (each worker's own are in order already).
+    std::stable_sort(events.begin(), events.end(),
+                     [](const SimEvent& a, const SimEvent& b) { return a.at < b.at; });
     for (SimEvent& e : events) {
       const auto it = sinks_.find(e.handle);
       if (it == sinks_.end()) continue;
       if (e.type == SimEvent::Type::chunk) {
         ready.emplace_back(it->second, std::move(e));
       } else {
+        owner_.erase(e.handle);
         ready.emplace_back(std::move(it->second), std::move(e));
         sinks_.erase(it);
       }

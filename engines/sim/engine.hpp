@@ -5,6 +5,12 @@
 // real time; 10 replays a minute of traffic in 0.6 s). Time scale 0 runs the simulation as fast
 // as it can: simulated time jumps to each next event, which is what tests and overhead
 // benchmarks use, with no sleeping. Sink callbacks run on the engine's thread.
+//
+// `workers` SimModels serve as one engine, as a data-parallel deployment behind one endpoint
+// (each worker its own slots and KV pool, engines/sim/profiles.hpp). A canonical request goes
+// to the least-loaded worker; a fill (priority above 0) to the worker running the fewest
+// canonical requests, then the least loaded, so that speculation runs on other workers while
+// there are idle ones. load() reports the workers summed.
 #pragma once
 
 #include "engines/engine.hpp"
@@ -13,6 +19,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -22,6 +29,7 @@ namespace dynrt::engines::sim {
 struct SimEngineOptions {
   double time_scale = 1000;  // real milliseconds per simulated second; 0: as fast as possible
   std::string name = "sim";
+  int workers = 1;  // SimModels behind the one engine, each with the whole SimParams
 };
 
 class SimEngine final : public Engine {
@@ -37,7 +45,10 @@ class SimEngine final : public Engine {
   LoadSnapshot load() const override;
   std::string name() const override { return options_.name; }
 
-  SimCounters counters() const;
+  SimCounters counters() const;  // the workers' summed
+  int workers() const { return static_cast<int>(models_.size()); }
+  // One worker's load (index below workers()).
+  LoadSnapshot worker_load(int worker) const;
   SimTime simulated_now() const;
   // Blocks until no request is in flight and every callback has returned (for tests and
   // clean shutdowns: after it, the engine holds no sink and calls none).
@@ -45,13 +56,16 @@ class SimEngine final : public Engine {
 
  private:
   SimTime sim_now_locked() const;
+  std::optional<SimTime> next_event_locked() const;
+  std::size_t pick_worker(const EngineRequest& request) const;
   void run();
 
   const SimEngineOptions options_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable idle_;
-  SimModel model_;
+  std::vector<SimModel> models_;                          // the workers
+  std::unordered_map<RequestHandle, std::size_t> owner_;  // request -> its worker
   std::unordered_map<RequestHandle, std::shared_ptr<ResponseSink>> sinks_;
   RequestHandle next_handle_ = 1;
   std::chrono::steady_clock::time_point real_start_;

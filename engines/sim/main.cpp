@@ -2,6 +2,7 @@
 // else that speaks the API) can be run against something that behaves like vLLM, on any
 // machine. See engines/sim/server.hpp for the API and engines/sim/model.hpp for the model.
 #include "engines/sim/engine.hpp"
+#include "engines/sim/profiles.hpp"
 #include "engines/sim/server.hpp"
 
 #include <CLI/CLI.hpp>
@@ -26,9 +27,13 @@ int main(int argc, char** argv) {
       "with vLLM's /metrics",
       "dynrt-sim-engine"};
   SimServerOptions server;
-  SimParams params;
   SimEngineOptions engine_options;
   std::string script_path;
+  std::string profile_name = "default";
+  int slots = 0;
+  std::int64_t kv_tokens = 0;
+  double interference_scale = 1.0;
+  std::uint64_t seed = TextParams{}.seed;
   app.add_option("--port", server.port, "Port to listen on; 0 picks a free one and prints it")
       ->capture_default_str();
   app.add_option("--host", server.host, "Address to listen on")->capture_default_str();
@@ -38,23 +43,40 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--script", script_path, "Response script (JSON lines) of recorded answers");
-  app.add_option("--slots", params.slots, "Decode slots")
-      ->check(CLI::Range(1, 65536))
+  app.add_option("--profile", profile_name,
+                 "Engine profile: workers, slots, KV pool and timings (" + sim_profile_names() +
+                     "; docs/engine-profiles.md)")
       ->capture_default_str();
-  app.add_option("--kv-tokens", params.kv_tokens, "KV pool size, in tokens")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))
+  app.add_option("--slots", slots, "Decode slots per worker (default: the profile's)")
+      ->check(CLI::Range(1, 65536));
+  app.add_option("--kv-tokens", kv_tokens, "KV pool per worker, in tokens (default: the profile's)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+  app.add_option("--interference-scale", interference_scale,
+                 "True interference as a multiple of the fit dynrt's price curves use (1: exact)")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--model", server.model, "Model name /v1/models lists")->capture_default_str();
   app.add_option("--threads", server.threads, "I/O threads")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  app.add_option("--seed", params.text.seed, "Seed of the pseudo-text of unscripted requests")
+  app.add_option("--seed", seed, "Seed of the pseudo-text of unscripted requests")
       ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  auto profile = sim_profile(profile_name);
+  if (!profile) {
+    std::cerr << "dynrt-sim-engine: " << profile.error().message << "\n";
+    return 2;
+  }
+  SimParams params = profile->params;
+  if (slots > 0) params.slots = slots;
+  if (kv_tokens > 0) params.kv_tokens = kv_tokens;
+  params.interference_scale = interference_scale;
+  params.text.seed = seed;
+  engine_options.workers = profile->workers;
   Script script;
   if (!script_path.empty()) {
     auto loaded = Script::load(script_path);

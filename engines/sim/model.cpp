@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace dynrt::engines::sim {
 
@@ -49,6 +50,7 @@ void SimModel::submit(RequestHandle handle, EngineRequest request, SimTime now) 
                                          std::to_string(params_.kv_tokens));
   }
   r.request = std::move(request);
+  if (r.request.priority <= 0) ++canonical_;
   if (now > now_) {  // arrives later: queued once time reaches it
     r.phase = Phase::arriving;
     arrivals_.emplace(now, handle);
@@ -64,6 +66,11 @@ void SimModel::enqueue(Req& r) {
   queue_.emplace(QueueKey{r.request.priority, r.seq}, r.handle);
 }
 
+// Before a request leaves requests_.
+void SimModel::forget(Req& r) {
+  if (r.request.priority <= 0) --canonical_;
+}
+
 void SimModel::release(Req& r, SimTime now) {
   if (r.phase == Phase::queued || r.phase == Phase::arriving) return;
   --slots_busy_;
@@ -73,6 +80,8 @@ void SimModel::release(Req& r, SimTime now) {
   if (r.request.priority > 0) counters_.background_busy += now - r.admitted;
   decoding_.erase(r.handle);
   std::erase(joining_, r.handle);
+  std::erase(prefilling_, r.handle);
+  std::erase_if(step_chunks_, [&](const auto& c) { return c.first == r.handle; });
   if (r.phase == Phase::prefill) {
     for (auto [it, end] = prefills_.equal_range(r.prefill_done); it != end; ++it) {
       if (it->second == r.handle) {
@@ -108,8 +117,10 @@ void SimModel::cancel(RequestHandle handle, SimTime now) {
   e.error = EngineError{ErrorKind::cancelled, 0, {}, "cancelled"};
   e.at = now;
   pending_errors_.push_back(std::move(e));
+  forget(r);
   requests_.erase(it);
-  if (decoding_.empty() && step_end_) {  // the step lost its last request: the next starts now
+  if (decoding_.empty() && step_chunks_.empty() && step_end_) {
+    // the step lost its last request: the next starts now
     step_end_.reset();
     decoding_.insert(joining_.begin(), joining_.end());
     joining_.clear();
@@ -117,9 +128,40 @@ void SimModel::cancel(RequestHandle handle, SimTime now) {
 }
 
 Duration SimModel::step_duration() const {
-  const double n = static_cast<double>(decoding_.size());
-  const double kv = static_cast<double>(kv_in_use_) / static_cast<double>(params_.kv_tokens);
-  return ms(params_.decode_step_ms * (1.0 + params_.interference.stretch(n - 1.0, kv)));
+  double step_ms = 0;
+  if (!decoding_.empty()) {
+    const double n = static_cast<double>(decoding_.size());
+    const double kv = static_cast<double>(kv_in_use_) / static_cast<double>(params_.kv_tokens);
+    double stretch = params_.interference.stretch(n - 1.0, kv);
+    if (params_.max_stretch > 0) stretch = std::min(stretch, params_.max_stretch);
+    step_ms = params_.decode_step_ms * (1.0 + params_.interference_scale * stretch);
+  }
+  if (!step_chunks_.empty()) {
+    std::int64_t tokens = 0;
+    for (const auto& c : step_chunks_)
+      tokens += c.second;
+    if (decoding_.empty()) step_ms += params_.prefill_base_ms;
+    step_ms += params_.prefill_ms_per_token * static_cast<double>(tokens);
+  }
+  return ms(step_ms);
+}
+
+// The next step, if there is work for one: the requests decoding, and under chunked prefill
+// the prompt chunks that fit the step's token budget beside them.
+void SimModel::start_step() {
+  if (step_end_) return;
+  if (chunked()) {
+    std::int64_t budget =
+        params_.chunked_prefill_tokens - static_cast<std::int64_t>(decoding_.size());
+    for (const RequestHandle h : prefilling_) {
+      if (budget <= 0) break;
+      const std::int64_t take = std::min(requests_.at(h).prefill_left, budget);
+      step_chunks_.emplace_back(h, take);
+      budget -= std::max<std::int64_t>(take, 1);  // an empty prompt still takes a step
+    }
+  }
+  if (decoding_.empty() && step_chunks_.empty()) return;
+  step_end_ = now_ + step_duration();
 }
 
 std::optional<SimTime> SimModel::next_event() const {
@@ -199,6 +241,11 @@ void SimModel::admit(SimTime now, std::vector<SimEvent>& events) {
     kv_in_use_ += r.gen.prompt_tokens;
     r.phase = Phase::prefill;
     r.admitted = now;
+    if (chunked()) {
+      r.prefill_left = r.gen.prompt_tokens;
+      prefilling_.push_back(h);
+      continue;
+    }
     r.prefill_done =
         now + ms(params_.prefill_base_ms +
                  params_.prefill_ms_per_token * static_cast<double>(r.gen.prompt_tokens));
@@ -241,10 +288,26 @@ void SimModel::advance(SimTime until, std::vector<SimEvent>& events) {
       }
       for (const RequestHandle h : done) {
         finish(requests_.at(h), now_, events);
+        forget(requests_.at(h));
         requests_.erase(h);
       }
       decoding_.insert(joining_.begin(), joining_.end());
       joining_.clear();
+      // Chunked prefill: the prompt chunks the step carried; a finished prompt decodes next step.
+      for (const auto& [h, tokens] : std::exchange(step_chunks_, {})) {
+        Req& r = requests_.at(h);
+        r.prefill_left -= tokens;
+        if (r.prefill_left > 0) continue;
+        std::erase(prefilling_, h);
+        r.phase = Phase::decode;
+        if (r.gen.tokens.empty()) {
+          finish(r, now_, events);
+          forget(r);
+          requests_.erase(h);
+        } else {
+          decoding_.insert(h);
+        }
+      }
     }
     // 4. prefills that end now: they join the running step's successor
     while (!prefills_.empty() && prefills_.begin()->first <= now_) {
@@ -254,6 +317,7 @@ void SimModel::advance(SimTime until, std::vector<SimEvent>& events) {
       r.phase = Phase::decode;
       if (r.gen.tokens.empty()) {  // max_tokens 0: done once the prompt is in
         finish(r, now_, events);
+        forget(r);
         requests_.erase(h);
       } else if (step_end_) {
         joining_.push_back(h);
@@ -263,8 +327,8 @@ void SimModel::advance(SimTime until, std::vector<SimEvent>& events) {
     }
     // 5. admissions, now that slots and KV may have been freed
     admit(now_, events);
-    // 6. the next decode step
-    if (!step_end_ && !decoding_.empty()) step_end_ = now_ + step_duration();
+    // 6. the next step
+    start_step();
   }
   now_ = std::max(now_, until);
 }

@@ -17,6 +17,16 @@
 //     (runtime/interference.hpp): co-resident requests and, above all, their KV slow every
 //     step. Defaults: 64 slots, 600,000 KV tokens, 25 ms per step (40 tokens/s for a lone
 //     request), prefill 10 ms + 0.05 ms per prompt token.
+//   - Chunked prefill (`chunked_prefill_tokens` N > 0, as vLLM and SGLang schedule by default):
+//     prompts are processed inside the decode steps, at most N tokens per step counting one
+//     per decoding request, in admission order; a step lasts its decode time plus
+//     prefill_ms_per_token per prompt token it carries (a step with no decode, prefill_base_ms
+//     plus that). A long prompt therefore stalls every request decoding beside it. With N = 0
+//     (the default) each prefill runs on its own timer beside the decode steps.
+//   - Interference as the engine's truth: the stretch is capped at `max_stretch` (the largest
+//     Figure 5b measured, when set: the fit is not extrapolated past its data) and then
+//     multiplied by `interference_scale`, so a test can make the truth differ from the model
+//     the admission price curves believe.
 //   - Streaming: a chunk every `chunk_tokens` tokens (and the role chunk at the first token).
 //   - Cancellation frees the slot and the KV at once.
 // Counters: busy time (slot time of every admitted request) and wasted time (the slot time of
@@ -44,7 +54,10 @@ struct SimParams {
   double prefill_ms_per_token = 0.05;
   double decode_step_ms = 25;
   int chunk_tokens = 4;
+  int chunked_prefill_tokens = 0;  // 0: prefill beside decode; N: N tokens per step, inside it
   InterferenceModel interference;
+  double max_stretch = 0;           // cap of the fitted stretch; 0: none
+  double interference_scale = 1.0;  // the truth: the (capped) fit times this
   TextParams text;
 };
 
@@ -94,6 +107,9 @@ class SimModel {
   const SimParams& params() const { return params_; }
   SimTime now() const { return now_; }
   std::size_t in_flight() const { return requests_.size(); }
+  bool holds(RequestHandle handle) const { return requests_.count(handle) > 0; }
+  // Requests of priority 0 (canonical ones, not fills) queued or running.
+  int canonical_in_flight() const { return canonical_; }
 
  private:
   enum class Phase { arriving, queued, prefill, decode };
@@ -110,7 +126,8 @@ class SimModel {
     SimTime admitted{0};
     SimTime prefill_done{0};
     std::size_t generated = 0;
-    std::size_t streamed = 0;  // tokens already sent in chunks
+    std::size_t streamed = 0;       // tokens already sent in chunks
+    std::int64_t prefill_left = 0;  // chunked prefill: prompt tokens not yet processed
   };
   struct QueueKey {
     int priority;
@@ -124,7 +141,10 @@ class SimModel {
   void finish(Req& r, SimTime now, std::vector<SimEvent>& events);
   void emit_chunks(Req& r, SimTime now, bool final, std::vector<SimEvent>& events);
   void release(Req& r, SimTime now);
+  void forget(Req& r);
+  void start_step();
   Duration step_duration() const;
+  bool chunked() const { return params_.chunked_prefill_tokens > 0; }
 
   SimParams params_;
   Script script_;
@@ -135,12 +155,15 @@ class SimModel {
   std::set<RequestHandle> decoding_;                // in the current decode step
   std::vector<RequestHandle> joining_;  // prefilled during a step: they join the next one
   std::multimap<SimTime, RequestHandle> prefills_;  // by the time their prefill ends
+  std::deque<RequestHandle> prefilling_;  // chunked: admitted, prompt not yet all processed
+  std::vector<std::pair<RequestHandle, std::int64_t>> step_chunks_;  // ... in the current step
   std::vector<SimEvent> pending_errors_;  // rejections and cancellations, reported on advance
   int slots_busy_ = 0;
   std::int64_t kv_reserved_ = 0;
   std::int64_t kv_in_use_ = 0;       // prompts and tokens generated so far, of admitted requests
   std::optional<SimTime> step_end_;  // the current decode step
   std::uint64_t next_seq_ = 0;
+  int canonical_ = 0;
   SimCounters counters_;
 };
 

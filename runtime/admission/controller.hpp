@@ -149,6 +149,9 @@ class Controller {
   LoadView view() const;  // V_H now
   const LoadEnvelope& envelope() const { return envelope_; }
   const PriceCurves& prices() const { return curves_; }
+  // The engines' decode slots, read from their load: the price curves count the canonical
+  // requests a fill slows as rho times this.
+  void set_decode_slots(double slots) { curves_.set_decode_slots(slots); }
 
   // -- a branch ------------------------------------------------------------------------------
   GenerationDecision open_branch(BranchId branch, const Hash128& coordinate);

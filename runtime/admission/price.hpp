@@ -57,6 +57,8 @@ class PriceCurves {
   LoadView project(const LoadView& v, const Footprint& f) const;
 
   const PriceParams& params() const { return p_; }
+  // The engines' decode slots, as their load reports them (at least 1).
+  void set_decode_slots(double slots) { p_.decode_slots = slots >= 1 ? slots : 1; }
 
  private:
   PriceParams p_;

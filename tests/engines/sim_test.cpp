@@ -2,6 +2,7 @@
 // KV limits, cancellation), the determinism of its outputs, and the threaded engine.
 #include "engines/sim/engine.hpp"
 #include "engines/sim/model.hpp"
+#include "engines/sim/profiles.hpp"
 
 #include <gtest/gtest.h>
 
@@ -273,6 +274,72 @@ TEST(SimModel, LowerPriorityValuesAreAdmittedFirst) {
   EXPECT_LT(run.done_ms(3), run.done_ms(2));
 }
 
+// Chunked prefill with nothing decoding: the prompt runs in steps of at most N tokens, each
+// lasting prefill_base_ms plus its tokens' prefill; decoding starts the step after the last.
+TEST(SimModel, ChunkedPrefillRunsThePromptInStepsOfAtMostNTokens) {
+  SimParams p;
+  p.chunked_prefill_tokens = 100;
+  Sim run(p);
+  const EngineRequest req = chat(std::string(1000, 'x'), 10);
+  const Generation g = gen_of(req, p);
+  ASSERT_GT(g.prompt_tokens, 200);
+  run.model.submit(1, req, at_ms(0));
+  run.all();
+  const std::int64_t steps = (g.prompt_tokens + 99) / 100;
+  double t = static_cast<double>(steps) * 10 + 0.05 * static_cast<double>(g.prompt_tokens);
+  for (int i = 0; i < 10; ++i) {
+    const double kv = static_cast<double>(g.prompt_tokens + i) / 600000.0;
+    t += 25 * (1 + InterferenceModel{}.stretch(0, kv));
+  }
+  EXPECT_NEAR(run.done_ms(1), t, 1e-3);
+  EXPECT_EQ(run.model.counters().steps, static_cast<std::uint64_t>(steps) + 10);
+}
+
+// A long prompt admitted beside a decoding request: chunked, its whole prefill lands inside
+// that request's steps; run beside decode (no chunking), the request feels only the
+// interference of one more co-resident request.
+TEST(SimModel, ChunkedPrefillStallsTheRequestsDecodingBesideIt) {
+  const EngineRequest lone = chat("a", 40);
+  const EngineRequest big = chat(std::string(8000, 'x'), 5);
+  const Generation gb = gen_of(big);
+  ASSERT_GT(gb.prompt_tokens, 1000);
+  auto lone_done = [&](const SimParams& q, bool with_big) {
+    Sim s(q);
+    s.model.submit(1, lone, at_ms(0));
+    if (with_big) s.model.submit(2, big, at_ms(100));
+    s.all();
+    return s.done_ms(1);
+  };
+  SimParams chunked;
+  chunked.chunked_prefill_tokens = 256;
+  const SimParams beside;
+  const double prefill_ms = 0.05 * static_cast<double>(gb.prompt_tokens);
+  EXPECT_GE(lone_done(chunked, true) - lone_done(chunked, false), prefill_ms - 1e-6);
+  EXPECT_LT(lone_done(beside, true) - lone_done(beside, false), 0.25 * prefill_ms);
+}
+
+// The engine's truth: the fitted stretch capped at max_stretch, then scaled.
+TEST(SimModel, TheStretchIsCappedThenScaled) {
+  const EngineRequest req = chat(std::string(4000, 'x'), 10);
+  const Generation g = gen_of(req);
+  for (const double scale : {0.5, 1.0, 2.0}) {
+    SimParams p;
+    p.kv_tokens = g.prompt_tokens + 20;  // the request holds most of the pool
+    p.max_stretch = 1.456;
+    p.interference_scale = scale;
+    Sim run(p);
+    run.model.submit(1, req, at_ms(0));
+    run.all();
+    double t = 10 + 0.05 * static_cast<double>(g.prompt_tokens);
+    for (int i = 0; i < 10; ++i) {
+      const double kv = static_cast<double>(g.prompt_tokens + i) / static_cast<double>(p.kv_tokens);
+      ASSERT_GT(InterferenceModel{}.stretch(0, kv), 1.456);  // the fit alone would exceed it
+      t += 25 * (1 + scale * 1.456);
+    }
+    EXPECT_NEAR(run.done_ms(1), t, 1e-3) << "scale " << scale;
+  }
+}
+
 TEST(SimOutput, IsDeterministicAndContentDependent) {
   const EngineRequest a = chat("what is the weather", 50);
   Sim one;
@@ -418,6 +485,54 @@ TEST(SimEngine, PendingRequestsAreErroredWhenTheEngineStops) {
   const auto v = f.get();
   ASSERT_TRUE(std::holds_alternative<EngineError>(v));
   EXPECT_EQ(std::get<EngineError>(v).kind, ErrorKind::internal);
+}
+
+// Several workers behind one engine: canonical requests spread to the least-loaded worker, and
+// a fill goes to a worker with no canonical request while there is one.
+TEST(SimEngine, WorkersTakeCanonicalRequestsLeastLoadedFirstAndFillsWhereNoneRuns) {
+  SimEngineOptions o;
+  o.time_scale = 1e12;  // simulated time stands still: nothing finishes on its own
+  o.workers = 3;
+  SimEngine engine({}, {}, o);
+  auto in_flight = [&](int w) {
+    const LoadSnapshot l = engine.worker_load(w);
+    return l.slots_busy + l.queued;
+  };
+  std::vector<std::shared_ptr<Collect>> sinks;
+  auto submit = [&](EngineRequest r) {
+    sinks.push_back(std::make_shared<Collect>());
+    return engine.submit(std::move(r), sinks.back());
+  };
+  submit(chat("c1", 50));
+  submit(chat("c2", 50));
+  EXPECT_EQ(in_flight(0), 1);
+  EXPECT_EQ(in_flight(1), 1);
+  EXPECT_EQ(in_flight(2), 0);
+  submit(chat("f1", 50, false, RequestKind::fill, 1));
+  EXPECT_EQ(in_flight(2), 1);  // the worker with no canonical request
+  // A second fill: every worker runs one request now; it goes where no canonical one runs.
+  submit(chat("f2", 50, false, RequestKind::fill, 1));
+  EXPECT_EQ(in_flight(2), 2);
+  const LoadSnapshot total = engine.load();
+  EXPECT_EQ(total.slots_total, 3 * 64);
+  EXPECT_EQ(total.kv_total, 3 * 600000.0);
+  EXPECT_EQ(total.slots_busy + total.queued, 4);
+}
+
+TEST(SimProfiles, DeriveTheirPoolsAndRefuseUnknownNames) {
+  const auto h200 = sim_profile("h200x4-32b");
+  ASSERT_TRUE(h200.ok());
+  EXPECT_EQ(h200->workers, 4);
+  // (0.9 x 141 GiB - 65.6 GB of weights - 3 GB) / 256 KiB per token.
+  EXPECT_EQ(h200->params.kv_tokens, 258094);
+  EXPECT_GT(h200->params.chunked_prefill_tokens, 0);
+  const auto rtx = sim_profile("rtx4090x4-8b");
+  ASSERT_TRUE(rtx.ok());
+  EXPECT_EQ(rtx->params.kv_tokens, 35894);  // tight: about twenty 1,800-token requests
+  EXPECT_EQ(sim_profile("default")->workers, 1);
+  const auto unknown = sim_profile("a100");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().message.find("h200x4-32b"), std::string::npos);
 }
 
 }  // namespace

@@ -20,10 +20,12 @@ TEST(Load, SlotsComeFromTheEnginesWhenNotConfigured) {
   const auto p = pressure_of({snapshot(4, 16, 2, 1), snapshot(4, 16, 0, 1)}, 0, 0, 0);
   EXPECT_DOUBLE_EQ(p.canonical, 8.0 / 32);
   EXPECT_DOUBLE_EQ(p.queued, 2.0 / 32);
+  EXPECT_EQ(p.slots, 32);  // what the price curves count canonical requests against
 }
 
 TEST(Load, ConfiguredSlotsWin) {
   EXPECT_DOUBLE_EQ(pressure_of({snapshot(4, 16, 0, 1)}, 8, 0, 0).canonical, 0.5);
+  EXPECT_EQ(pressure_of({snapshot(4, 16, 0, 1)}, 8, 0, 0).slots, 8);
 }
 
 TEST(Load, UnknownSlotsFallBackToTheDefault) {

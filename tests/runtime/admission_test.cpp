@@ -127,6 +127,17 @@ TEST(Prices, HandComputedCase) {
   EXPECT_EQ(curves.cost(LoadView{0.5, 0.5, 0}, f), 0);
 }
 
+// The slot count comes from the engines' load: the same pressure on an engine with four times
+// the slots is four times the canonical requests a fill slows.
+TEST(Prices, CountCanonicalRequestsAgainstTheEnginesSlots) {
+  PriceCurves curves;
+  const double at64 = curves.at(LoadView{0, 0, 0.25}).kv;
+  curves.set_decode_slots(256);
+  EXPECT_NEAR(curves.at(LoadView{0, 0, 0.25}).kv, 4 * at64, 1e-9);
+  curves.set_decode_slots(0);  // never below one slot
+  EXPECT_EQ(curves.params().decode_slots, 1);
+}
+
 TEST(Prices, SteepenNearCapacity) {
   const PriceCurves curves;
   const double low = curves.at(LoadView{0, 0, 0.2}).slot / 0.2;
