@@ -81,6 +81,10 @@ struct CellResult {
   // share an audit opened; -1 when the arm made no decision (no fills).
   double gate_open_share = -1;
   double gate_audit_share = -1;
+  // The median over runs of (engine-driven resolution windows) / (the downstream work after
+  // them), from the answers' latencies: a model stage that decides, against the stages after
+  // it in the same repetition. -1 when the trace has none (HCI: the window is the user's).
+  double window_over_downstream = -1;
   double wall_s = 0;  // real seconds the cell took
   std::string first_failure;
   nlohmann::json to_json() const;

@@ -130,8 +130,10 @@ INSTANTIATE_TEST_SUITE_P(Templates, ValueEquivalence,
                          ::testing::Values("routing", "react", "subagent", "hci"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
-// Routing: while the router decodes its ~260-token reasoning, the selected handler's fill and
-// its executor's run; both demands are promoted with no engine work and no wait.
+// Routing: while the router decodes its reasoning, the selected handler's fill and its
+// executor's run; both demands are promoted with no engine work. The router's window is about
+// half the downstream work (as the paper's F3 measures), so a demand may arrive before its fill
+// ends: it then waits for the fill rather than running the stage again.
 TEST(EarlyFill, HandlerAndExecutorAreServedFromTheFillWithoutEngineWork) {
   auto w = bench::make_workload(graph("routing"), {11, 1, 1.0});
   Rig rig(w, {true, true, 10});
@@ -152,7 +154,7 @@ TEST(EarlyFill, HandlerAndExecutorAreServedFromTheFillWithoutEngineWork) {
   ASSERT_TRUE(r.ok()) << r.error;
   const auto st = rig.runtime->stats();
   EXPECT_EQ(st.served_fill, 4u);  // two turns, handler and executor each
-  EXPECT_EQ(st.waits, 0u) << "the fill should have completed during the router's decode";
+  EXPECT_EQ(st.wait_timeouts, 0u) << "a demand stopped waiting and ran the stage itself";
   EXPECT_GE(st.fills_consumed, 2u);
   EXPECT_GT(st.engine_ms_saved, 0);
 }
