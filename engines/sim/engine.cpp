@@ -60,8 +60,12 @@ std::size_t SimEngine::pick_worker(const EngineRequest& request) const {
     return std::make_tuple(fill ? models_[i].canonical_in_flight() : 0, busy, kv, i);
   };
   std::size_t best = 0;
+  auto best_key = key(0);
   for (std::size_t i = 1; i < models_.size(); ++i)
-    if (key(i) < key(best)) best = i;
+    if (const auto k = key(i); k < best_key) {
+      best = i;
+      best_key = k;
+    }
   return best;
 }
 

@@ -49,8 +49,8 @@ Controller::ClassState& Controller::state(const Hash128& coordinate) {
 
 // The usability posterior forgets at the class model's pace: what is left of the evidence
 // beyond the Beta(1, 1) prior is discounted before the new outcome is added.
-void Controller::learn_usability(ClassState& c, bool usable) const {
-  const double m = std::clamp(config_.evidence_memory, 1e-3, 1.0);
+void Controller::learn_usability(ClassState& c, bool usable) {
+  const double m = c.model.memory();
   c.usability.alpha = 1 + m * (c.usability.alpha - 1) + (usable ? 1 : 0);
   c.usability.beta = 1 + m * (c.usability.beta - 1) + (usable ? 0 : 1);
 }

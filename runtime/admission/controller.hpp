@@ -234,7 +234,7 @@ class Controller {
 
   double uniform();
   ClassState& state(const Hash128& coordinate);
-  void learn_usability(ClassState& c, bool usable) const;
+  static void learn_usability(ClassState& c, bool usable);
   Branch* find(BranchId branch);
   void record_load();
 

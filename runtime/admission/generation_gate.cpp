@@ -46,7 +46,6 @@ std::uint64_t ClassModel::observe(const Context& x, double y) {
     // Sherman-Morrison: (A + x x^T)^-1 = A^-1 - (A^-1 x)(x^T A^-1) / (1 + x^T A^-1 x).
     const Context ax = a_inv_ * x;
     a_inv_ -= (ax * ax.transpose()) / (1.0 + x.dot(ax));
-    evidence_ += x * x.transpose();
     q_evidence_ += x * y;
     sum_y2_ += y * y;
     weight_ += 1;

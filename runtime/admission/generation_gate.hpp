@@ -82,7 +82,7 @@ class ClassModel {
   using Matrix = Eigen::Matrix<double, kContextDim, kContextDim>;
   double memory_;
   Context prior_;
-  Matrix evidence_ = Matrix::Zero();  // sum gamma^age x x^T
+  Matrix evidence_ = Matrix::Zero();  // sum gamma^age x x^T (kept only when gamma < 1)
   Matrix a_inv_ = Matrix::Identity();
   Context q_evidence_ = Context::Zero();  // sum gamma^age x y
   int samples_ = 0;

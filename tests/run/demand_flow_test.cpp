@@ -75,15 +75,23 @@ class DemandFlowRouting : public ::testing::Test {
   Hash128 name_of(const dsl::Stage& s) {
     return stage_name(policy, s, endpoint_of(s), *body_of(s), {}, "run-1");
   }
+  // Demand `id` for the handler, which the library does not hold.
+  void miss_the_handler(DemandId id) {
+    start(id, handle);
+    flow->served(id, ServeReply{});
+  }
+  static ClaimReply claim(csl::ClaimKind kind, std::uint64_t execution, csl::Ticket ticket = 0) {
+    ClaimReply c;
+    c.kind = kind;
+    c.execution = execution;
+    c.ticket = ticket;
+    return c;
+  }
   // Demand 1 for the handler misses and leads execution 9 on the engine.
   void lead_the_handler() {
     route_to_email();
-    start(1, handle);
-    flow->served(1, ServeReply{});
-    ClaimReply lead;
-    lead.kind = csl::ClaimKind::lead;
-    lead.execution = 9;
-    flow->claimed(1, lead);
+    miss_the_handler(1);
+    flow->claimed(1, claim(csl::ClaimKind::lead, 9));
   }
   // The router ran and chose email (its demand answered from the engine, unstored); the
   // handler branch it opened is known as `branch` (0: none was opened).
@@ -246,9 +254,7 @@ TEST_F(DemandFlowRouting, AMissLeadsItsExecutionAndStoresBeforeItAnswers) {
   const auto c = only<demand::Claim>(fx);
   EXPECT_EQ(c.name, name_of(handle));
   EXPECT_TRUE(c.may_join);
-  ClaimReply lead;
-  lead.kind = csl::ClaimKind::lead;
-  lead.execution = 9;
+  ClaimReply lead = claim(csl::ClaimKind::lead, 9);
   lead.reads = {{"r", 1}};
   fx = flow->claimed(1, lead);
   EXPECT_TRUE(only<demand::Execute>(fx).loads_engine);
@@ -276,13 +282,8 @@ TEST_F(DemandFlowRouting, AMissLeadsItsExecutionAndStoresBeforeItAnswers) {
 
 TEST_F(DemandFlowRouting, AJoinedDemandIsAnsweredFromItsLeaderAsCache) {
   route_to_email();
-  start(2, handle);
-  flow->served(2, ServeReply{});
-  ClaimReply join;
-  join.kind = csl::ClaimKind::join;
-  join.execution = 9;
-  join.ticket = 4;
-  auto fx = flow->claimed(2, join);
+  miss_the_handler(2);
+  auto fx = flow->claimed(2, claim(csl::ClaimKind::join, 9, 4));
   EXPECT_TRUE(has<demand::ArmWait>(fx));
   EXPECT_EQ(flow->take_tally().coalesced, 1u);
   Landed l;
@@ -298,12 +299,8 @@ TEST_F(DemandFlowRouting, AJoinedDemandIsAnsweredFromItsLeaderAsCache) {
 
 TEST_F(DemandFlowRouting, AJoinedDemandClaimsAgainWhenItsLeaderWasCancelled) {
   route_to_email();
-  start(2, handle);
-  flow->served(2, ServeReply{});
-  ClaimReply join;
-  join.kind = csl::ClaimKind::join;
-  join.execution = 9;
-  flow->claimed(2, join);
+  miss_the_handler(2);
+  flow->claimed(2, claim(csl::ClaimKind::join, 9));
   Landed l;
   l.outcome = Landed::Outcome::retry;
   EXPECT_TRUE(has<demand::Claim>(flow->landed(2, l)));
@@ -311,13 +308,8 @@ TEST_F(DemandFlowRouting, AJoinedDemandClaimsAgainWhenItsLeaderWasCancelled) {
 
 TEST_F(DemandFlowRouting, AJoinedDemandPastItsBoundLeavesAndRunsItself) {
   route_to_email();
-  start(2, handle);
-  flow->served(2, ServeReply{});
-  ClaimReply join;
-  join.kind = csl::ClaimKind::join;
-  join.execution = 9;
-  join.ticket = 4;
-  const auto w = only<demand::ArmWait>(flow->claimed(2, join));
+  miss_the_handler(2);
+  const auto w = only<demand::ArmWait>(flow->claimed(2, claim(csl::ClaimKind::join, 9, 4)));
   clock.set(w.at);
   const auto fx = flow->wait_over(2, w.wait);
   const auto leave = only<demand::Leave>(fx);
