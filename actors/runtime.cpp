@@ -9,6 +9,7 @@
 #include "run/run_table.hpp"
 
 #include <caf/all.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -438,6 +439,7 @@ struct Runtime::Impl {
   std::unique_ptr<MemoryTrimmer> trimmer;
   std::unique_ptr<actor_system_config> sys_config;
   std::unique_ptr<actor_system> system;
+  caf::scheduler::test_coordinator* stepper = nullptr;  // a stepped runtime's scheduler
   caf::actor root;
   ServicesPtr services;
   std::atomic<std::uint64_t> next_demand{1};
@@ -461,6 +463,9 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config,
                                                    const dsl::LintReport* linted) {
   if (config.engines.empty() || !config.engines.front().engine)
     return make_error("dynrt::Runtime needs at least one engine");
+  // A SystemTime fires on a thread of its own, which a stepped graph must never see.
+  if (config.stepped && !config.time)
+    return make_error("a stepped dynrt::Runtime needs the time it is stepped by (a ManualTime)");
   auto compiled = compile_templates(config, linted);
   if (!compiled) return compiled.error();
   auto init = std::make_shared<RootInit>();
@@ -472,6 +477,7 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config,
   impl->workflow_set.insert(impl->names.begin(), impl->names.end());
   impl->sys_config = std::make_unique<actor_system_config>();
   impl->sys_config->set("scheduler.max-threads", std::max(1, config.threads));
+  if (config.stepped) impl->sys_config->set("scheduler.policy", caf::atom("testing"));
   if (config.time) {
     impl->time = config.time;
   } else {
@@ -479,6 +485,8 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config,
     impl->time = impl->own_time;
   }
   impl->system = std::make_unique<actor_system>(*impl->sys_config);
+  if (config.stepped)
+    impl->stepper = &dynamic_cast<caf::scheduler::test_coordinator&>(impl->system->scheduler());
   init->config = config;
   init->counters = impl->counters;
   init->board = impl->board;
@@ -488,11 +496,15 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config,
   impl->root = impl->system->spawn(root_actor, std::shared_ptr<const RootInit>(init));
   {
     scoped_actor self{*impl->system};
-    self->request(impl->root, infinite, services_atom::value)
-        .receive([&](ServicesPtr& s) { impl->services = s; }, [&](error&) {});
+    auto started = self->request(impl->root, infinite, services_atom::value);
+    // Stepped, nothing runs until asked: the root answers inside run(), before the receive.
+    if (impl->stepper) impl->stepper->run();
+    started.receive([&](ServicesPtr& s) { impl->services = s; }, [&](error&) {});
   }
   if (!impl->services) return make_error("dynrt::Runtime: the actor graph did not start");
-  impl->trimmer = std::make_unique<MemoryTrimmer>(impl->counters, impl->config.settle_after);
+  // A stepped runtime is a simulation's: it runs for the length of one, on one thread.
+  if (!impl->stepper)
+    impl->trimmer = std::make_unique<MemoryTrimmer>(impl->counters, impl->config.settle_after);
   return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
 }
 
@@ -613,6 +625,12 @@ RuntimeStats Runtime::stats() const {
   return s;
 }
 
+std::size_t Runtime::run_pending() {
+  std::shared_lock life(impl_->life);
+  if (impl_->stopped || !impl_->stepper) return 0;
+  return impl_->stepper->run();
+}
+
 std::vector<std::string> Runtime::workflows() const {
   std::shared_lock lock(impl_->templates_mutex);
   return impl_->names;
@@ -651,7 +669,13 @@ void Runtime::shutdown() {
   anon_send_exit(impl_->root, exit_reason::user_shutdown);
   impl_->root = nullptr;
   impl_->services.reset();
-  impl_->system->await_all_actors_done();
+  if (impl_->stepper) {
+    impl_->stepper->run();  // the exits, on this thread
+    // Nothing runs an actor outside run(): one still alive here would hang the wait forever.
+    impl_->system->await_actors_before_shutdown(false);
+  } else {
+    impl_->system->await_all_actors_done();
+  }
   // Deadlines still armed post nothing into the system about to go.
   impl_->life_gate->close();
   if (impl_->own_time) impl_->own_time->stop();

@@ -63,9 +63,15 @@ struct RuntimeConfig {
   // Stages whose results serve every tenant, as if their template said `share: global`
   // ("workflow.stage"; for templates one does not own). A name no template defines is an error.
   std::vector<std::string> shared_stages;
-  bool reuse = true;                                // C1: serve confirmed results across requests
-  bool fills = true;                                // C2: run fills while branches resolve
-  int threads = 2;                                  // CAF scheduler threads
+  bool reuse = true;  // C1: serve confirmed results across requests
+  bool fills = true;  // C2: run fills while branches resolve
+  int threads = 2;    // CAF scheduler threads
+  // The actor graph runs only inside Runtime::run_pending(), on the thread that calls it (CAF's
+  // deterministic coordinator), instead of on `threads` scheduler threads. With a ManualTime
+  // and engines advanced by the same loop, a simulation then runs in CPU time and gives the
+  // same result every time (`dynrt bench`). Every call into such a Runtime, and every engine
+  // callback, must come from that one thread.
+  bool stepped = false;
   std::chrono::milliseconds workflow_idle{60'000};  // a run's actor ends after this much quiet
   // Live workflow runs at most; a new run beyond it retires the least recently demanded one
   // (which loses its speculation, never a result: its calls in flight are still answered).
@@ -180,6 +186,11 @@ class Runtime {
 
   RuntimeStats stats() const;
   std::vector<std::string> workflows() const;  // the loaded templates' names
+
+  // A stepped Runtime (RuntimeConfig::stepped): runs every actor message pending, including
+  // those the messages it runs send, until none is left; returns how many ran. A threaded
+  // Runtime runs its actors on its own and returns 0 at once.
+  std::size_t run_pending();
 
   // Lints and compiles the configured templates again (template_paths are read anew) and, if
   // they lint clean, serves new workflow runs from them; returns the workflows now loaded.

@@ -77,6 +77,11 @@ std::size_t ManualTime::pending() const {
   return deadlines_.size();
 }
 
+std::optional<TimePoint> ManualTime::next_due() const {
+  std::lock_guard lock(mutex_);
+  return deadlines_.next();
+}
+
 void ManualTime::advance(Duration d) {
   if (d > Duration::zero()) set(now() + d);
 }

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 namespace dynrt {
@@ -70,6 +71,8 @@ class ManualTime final : public TimeService {
   void advance(Duration d);
   void set(TimePoint t);  // never backwards
   std::size_t pending() const;
+  // When the earliest armed deadline is due (a discrete-event loop sets the time to it).
+  std::optional<TimePoint> next_due() const;
 
  private:
   void fire_due();

@@ -12,7 +12,7 @@ SimEngine::SimEngine(SimParams params, Script script, SimEngineOptions options)
   models_.reserve(static_cast<std::size_t>(workers));
   for (int i = 0; i < workers; ++i)
     models_.emplace_back(params, script);
-  thread_ = std::thread([this] { run(); });
+  if (!options_.stepped) thread_ = std::thread([this] { run(); });
 }
 
 SimEngine::~SimEngine() {
@@ -21,7 +21,7 @@ SimEngine::~SimEngine() {
     stop_ = true;
   }
   wake_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
   for (auto& [handle, sink] : sinks_) {
     sink->on_error(EngineError{ErrorKind::internal, 0, {}, "engine stopped"});
   }
@@ -33,7 +33,7 @@ SimTime SimEngine::sim_now_locked() const {
   SimTime model_now{0};
   for (const SimModel& m : models_)
     model_now = std::max(model_now, m.now());
-  if (options_.time_scale <= 0) return std::max(jump_, model_now);
+  if (options_.stepped || options_.time_scale <= 0) return std::max(jump_, model_now);
   const auto real = std::chrono::steady_clock::now() - real_start_;
   const double sim_ns = static_cast<double>(std::chrono::duration_cast<Duration>(real).count()) *
                         1000.0 / options_.time_scale;
@@ -141,13 +141,73 @@ SimTime SimEngine::simulated_now() const {
 }
 
 void SimEngine::drain() {
+  if (options_.stepped) {
+    for (;;) {
+      const auto next = next_event();
+      if (!next) return;
+      advance_to(*next);
+    }
+  }
   std::unique_lock lock(mutex_);
   idle_.wait(lock, [&] { return (sinks_.empty() && !delivering_) || stop_; });
 }
 
+std::optional<SimTime> SimEngine::next_event() const {
+  std::lock_guard lock(mutex_);
+  return next_event_locked();
+}
+
+void SimEngine::advance_to(SimTime t) {
+  std::vector<SimEvent> events;
+  Ready ready;
+  {
+    std::lock_guard lock(mutex_);
+    jump_ = std::max(jump_, t);
+    collect_locked(jump_, events, ready);
+  }
+  deliver(ready);
+}
+
+void SimEngine::collect_locked(SimTime now, std::vector<SimEvent>& events, Ready& ready) {
+  for (SimModel& m : models_)
+    m.advance(now, events);
+  // In time order across the workers (each worker's own are in order already).
+  std::stable_sort(events.begin(), events.end(),
+                   [](const SimEvent& a, const SimEvent& b) { return a.at < b.at; });
+  for (SimEvent& e : events) {
+    const auto it = sinks_.find(e.handle);
+    if (it == sinks_.end()) continue;
+    if (e.type == SimEvent::Type::chunk) {
+      ready.emplace_back(it->second, std::move(e));
+    } else {
+      owner_.erase(e.handle);
+      ready.emplace_back(std::move(it->second), std::move(e));
+      sinks_.erase(it);
+    }
+  }
+  events.clear();
+}
+
+void SimEngine::deliver(Ready& ready) {
+  for (auto& [sink, e] : ready) {
+    switch (e.type) {
+      case SimEvent::Type::chunk:
+        sink->on_chunk(e.data);
+        break;
+      case SimEvent::Type::complete:
+        sink->on_complete(std::move(e.result));
+        break;
+      case SimEvent::Type::error:
+        sink->on_error(std::move(e.error));
+        break;
+    }
+  }
+  ready.clear();
+}
+
 void SimEngine::run() {
   std::vector<SimEvent> events;
-  std::vector<std::pair<std::shared_ptr<ResponseSink>, SimEvent>> ready;
+  Ready ready;
   std::unique_lock lock(mutex_);
   while (!stop_) {
     const std::optional<SimTime> next = next_event_locked();
@@ -168,41 +228,12 @@ void SimEngine::run() {
         continue;  // woken early by a command, or on time: re-read the clock
       }
     }
-    for (SimModel& m : models_)
-      m.advance(now, events);
-    // In time order across the workers (each worker's own are in order already).
-    std::stable_sort(events.begin(), events.end(),
-                     [](const SimEvent& a, const SimEvent& b) { return a.at < b.at; });
-    for (SimEvent& e : events) {
-      const auto it = sinks_.find(e.handle);
-      if (it == sinks_.end()) continue;
-      if (e.type == SimEvent::Type::chunk) {
-        ready.emplace_back(it->second, std::move(e));
-      } else {
-        owner_.erase(e.handle);
-        ready.emplace_back(std::move(it->second), std::move(e));
-        sinks_.erase(it);
-      }
-    }
-    events.clear();
+    collect_locked(now, events, ready);
     // Callbacks run without the lock, so a sink may submit or cancel from inside them; drain()
     // waits for them too, so a drained engine makes no further calls into its sinks.
     delivering_ = !ready.empty();
     lock.unlock();
-    for (auto& [sink, e] : ready) {
-      switch (e.type) {
-        case SimEvent::Type::chunk:
-          sink->on_chunk(e.data);
-          break;
-        case SimEvent::Type::complete:
-          sink->on_complete(std::move(e.result));
-          break;
-        case SimEvent::Type::error:
-          sink->on_error(std::move(e.error));
-          break;
-      }
-    }
-    ready.clear();
+    deliver(ready);
     lock.lock();
     if (std::exchange(delivering_, false)) idle_.notify_all();
   }

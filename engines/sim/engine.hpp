@@ -6,6 +6,11 @@
 // as it can: simulated time jumps to each next event, which is what tests and overhead
 // benchmarks use, with no sleeping. Sink callbacks run on the engine's thread.
 //
+// Stepped (`stepped`), the engine has no thread and no clock of its own: it moves only when
+// advance_to() is called, and calls its sinks on that caller's thread. A discrete-event loop
+// asks next_event() when the engine next has something to do and advances it there, beside
+// the other parts of a simulation that run on the same simulated clock (`dynrt bench`).
+//
 // `workers` SimModels serve as one engine, as a data-parallel deployment behind one endpoint
 // (each worker its own slots and KV pool, engines/sim/profiles.hpp). A canonical request goes
 // to the least-loaded worker; a fill (priority above 0) to the worker running the fewest
@@ -29,7 +34,8 @@ namespace dynrt::engines::sim {
 struct SimEngineOptions {
   double time_scale = 1000;  // real milliseconds per simulated second; 0: as fast as possible
   std::string name = "sim";
-  int workers = 1;  // SimModels behind the one engine, each with the whole SimParams
+  int workers = 1;       // SimModels behind the one engine, each with the whole SimParams
+  bool stepped = false;  // no thread: time moves in advance_to() only (time_scale is unused)
 };
 
 class SimEngine final : public Engine {
@@ -51,13 +57,23 @@ class SimEngine final : public Engine {
   LoadSnapshot worker_load(int worker) const;
   SimTime simulated_now() const;
   // Blocks until no request is in flight and every callback has returned (for tests and
-  // clean shutdowns: after it, the engine holds no sink and calls none).
+  // clean shutdowns: after it, the engine holds no sink and calls none). Stepped, it advances
+  // through every event still pending instead.
   void drain();
+
+  // Stepped only: when the engine next has something to do (nothing: idle), and moving its
+  // time to `t` (never backwards), which delivers every event up to then on this thread.
+  std::optional<SimTime> next_event() const;
+  void advance_to(SimTime t);
 
  private:
   SimTime sim_now_locked() const;
   std::optional<SimTime> next_event_locked() const;
   std::size_t pick_worker(const EngineRequest& request) const;
+  using Ready = std::vector<std::pair<std::shared_ptr<ResponseSink>, SimEvent>>;
+  // Advances the workers to `now` and takes the sinks to call, in time order.
+  void collect_locked(SimTime now, std::vector<SimEvent>& events, Ready& ready);
+  static void deliver(Ready& ready);
   void run();
 
   const SimEngineOptions options_;
@@ -69,7 +85,7 @@ class SimEngine final : public Engine {
   std::unordered_map<RequestHandle, std::shared_ptr<ResponseSink>> sinks_;
   RequestHandle next_handle_ = 1;
   std::chrono::steady_clock::time_point real_start_;
-  SimTime jump_{0};  // simulated time reached by jumping (time scale 0)
+  SimTime jump_{0};  // simulated time reached by jumping (time scale 0) or stepping
   bool stop_ = false;
   bool delivering_ = false;  // callbacks are running outside the lock
   std::thread thread_;

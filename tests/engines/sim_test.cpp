@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <future>
 
 namespace dynrt::engines::sim {
@@ -455,6 +456,49 @@ TEST(SimEngine, AtTimeScaleZeroItRunsAsFastAsItCan) {
   EXPECT_GT(engine.simulated_now(), milliseconds(500));  // simulated time passed, not real
   EXPECT_FALSE(sinks[0]->chunks.empty());
   EXPECT_TRUE(sinks[1]->chunks.empty());
+}
+
+// Stepped, the engine moves only when told and calls its sinks on the caller's thread.
+TEST(SimEngine, SteppedItMovesOnlyWhenAdvancedAndAnswersOnTheCallersThread) {
+  SimEngineOptions o;
+  o.stepped = true;
+  SimEngine engine({}, long_script(), o);
+  auto a = std::make_shared<Collect>();
+  auto b = std::make_shared<Collect>();
+  auto fa = a->done.get_future();
+  auto fb = b->done.get_future();
+  engine.submit(chat("LONG a", 10, true), a);
+  engine.submit(chat("LONG b", 20, false), b);
+  EXPECT_EQ(fa.wait_for(milliseconds(0)), std::future_status::timeout);
+  ASSERT_TRUE(engine.next_event().has_value());
+  EXPECT_EQ(*engine.next_event(), milliseconds(0));  // admission, at once
+  std::vector<milliseconds> stops;
+  while (const auto t = engine.next_event()) {
+    engine.advance_to(*t);
+    stops.push_back(std::chrono::duration_cast<milliseconds>(*t));
+    if (fa.wait_for(milliseconds(0)) == std::future_status::ready) break;
+  }
+  // a (10 tokens) is answered before b (20): its answer came in an advance_to() of this thread.
+  ASSERT_EQ(fa.wait_for(milliseconds(0)), std::future_status::ready);
+  EXPECT_EQ(fb.wait_for(milliseconds(0)), std::future_status::timeout);
+  EXPECT_TRUE(std::holds_alternative<EngineResult>(fa.get()));
+  EXPECT_GT(stops.size(), 10u);  // one stop per decode step at least
+  EXPECT_TRUE(std::is_sorted(stops.begin(), stops.end()));
+  EXPECT_FALSE(a->chunks.empty());  // streamed
+  // Advancing past every event answers the rest; the clock never runs backwards.
+  engine.advance_to(std::chrono::seconds(60));
+  ASSERT_EQ(fb.wait_for(milliseconds(0)), std::future_status::ready);
+  EXPECT_EQ(std::get<EngineResult>(fb.get()).usage.completion_tokens, 20);
+  EXPECT_FALSE(engine.next_event().has_value());
+  engine.advance_to(std::chrono::seconds(1));
+  EXPECT_EQ(engine.simulated_now(), std::chrono::seconds(60));
+  EXPECT_EQ(engine.counters().completed, 2u);
+  // drain() steps through whatever is pending instead of waiting for a thread.
+  auto c = std::make_shared<Collect>();
+  auto fc = c->done.get_future();
+  engine.submit(chat("LONG c", 5, false), c);
+  engine.drain();
+  EXPECT_EQ(fc.wait_for(milliseconds(0)), std::future_status::ready);
 }
 
 TEST(SimEngine, CancelReleasesTheSlotAndReportsCancelled) {
