@@ -134,7 +134,8 @@ Duration SimModel::step_duration() const {
     const double kv = static_cast<double>(kv_in_use_) / static_cast<double>(params_.kv_tokens);
     double stretch = params_.interference.stretch(n - 1.0, kv);
     if (params_.max_stretch > 0) stretch = std::min(stretch, params_.max_stretch);
-    step_ms = params_.decode_step_ms * (1.0 + params_.interference_scale * stretch);
+    step_ms = std::max(params_.decode_step_ms * (1.0 + params_.interference_scale * stretch),
+                       params_.decode_compute_ms_per_token * n);
   }
   if (!step_chunks_.empty()) {
     std::int64_t tokens = 0;

@@ -15,8 +15,10 @@
 //     decode_step_ms * (1 + s(n - 1, k)), where n is the batch, k the share of the KV pool its
 //     requests hold, and s the stretch fitted to the paper's Figure 5b
 //     (runtime/interference.hpp): co-resident requests and, above all, their KV slow every
-//     step. Defaults: 64 slots, 600,000 KV tokens, 25 ms per step (40 tokens/s for a lone
-//     request), prefill 10 ms + 0.05 ms per prompt token.
+//     step; and a step lasts at least `decode_compute_ms_per_token` per request in it (the
+//     compute floor: past some batch, an engine is compute-bound and its throughput stops
+//     growing). Defaults: 64 slots, 600,000 KV tokens, 25 ms per step (40 tokens/s for a lone
+//     request), no compute floor, prefill 10 ms + 0.05 ms per prompt token.
 //   - Chunked prefill (`chunked_prefill_tokens` N > 0, as vLLM and SGLang schedule by default):
 //     prompts are processed inside the decode steps, at most N tokens per step counting one
 //     per decoding request, in admission order; a step lasts its decode time plus
@@ -53,6 +55,10 @@ struct SimParams {
   double prefill_base_ms = 10;
   double prefill_ms_per_token = 0.05;
   double decode_step_ms = 25;
+  // The compute a decode step cannot go below: each request decoding in it costs this much (a
+  // forward pass of one token), so a large batch is compute-bound, as a real engine's is.
+  // 0: none (steps stay memory-bound at any batch).
+  double decode_compute_ms_per_token = 0;
   int chunk_tokens = 4;
   int chunked_prefill_tokens = 0;  // 0: prefill beside decode; N: N tokens per step, inside it
   InterferenceModel interference;

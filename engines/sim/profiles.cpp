@@ -43,6 +43,11 @@ SimParams worker(const Gpu& gpu, const Model& model) {
   // model FLOPs utilization). A pass costs at least a weight read.
   s.prefill_ms_per_token = 2.0 * model.parameters / (0.5 * gpu.dense_bf16_flops) * 1000.0;
   s.prefill_base_ms = s.decode_step_ms;
+  // A decoded token costs the same forward pass as a prompt token: a step of n requests lasts
+  // at least n times that, so past about decode_step_ms / prefill_ms_per_token requests (97 on
+  // an H200 with Qwen3-32B, 91 on an RTX 4090 with Qwen3-8B) a worker is compute-bound, at
+  // 1 / prefill_ms_per_token tokens per second (6,360 and 5,030).
+  s.decode_compute_ms_per_token = s.prefill_ms_per_token;
   s.chunked_prefill_tokens = gpu.max_num_batched_tokens;
   s.max_stretch = kFigure5bMaxStretch;
   return s;

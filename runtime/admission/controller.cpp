@@ -64,7 +64,7 @@ Controller::Branch* Controller::find(BranchId branch) {
 
 void Controller::record_load() {
   LoadView v;
-  v.fill = static_cast<double>(fills_in_flight_) / config_.prices.fill_slots;
+  v.fill = static_cast<double>(fills_in_flight_) / curves_.fill_slots();
   v.kv = kv_reserved_ / config_.prices.kv_budget;
   v.rho = rho_;
   envelope_.observe(clock_.now(), v);
@@ -159,15 +159,14 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
   }
   // The tenant's share of the budget, and what its fills already hold.
   const double share = std::clamp(tenant.share, 0.0, 1.0);
-  const int slot_cap = static_cast<int>(std::floor(share * config_.prices.fill_slots + 1e-9));
+  const int slot_cap = static_cast<int>(std::floor(share * curves_.fill_slots() + 1e-9));
   const double kv_cap = share * config_.prices.kv_budget;
   const auto held = accounts_.find(std::string(tenant.tenant));
   const Account account = held == accounts_.end() ? Account{} : held->second;
   Budget budget;
-  budget.fills =
-      std::max(0, std::min({max_fills - b->admitted,
-                            static_cast<int>(config_.prices.fill_slots) - fills_in_flight_,
-                            slot_cap - account.fills}));
+  budget.fills = std::max(0, std::min({max_fills - b->admitted,
+                                       static_cast<int>(curves_.fill_slots()) - fills_in_flight_,
+                                       slot_cap - account.fills}));
   budget.kv_share =
       std::max(0.0, std::min(config_.prices.kv_budget - kv_reserved_, kv_cap - account.kv_share));
   std::vector<ReservationId> made(candidates.size(), 0);
@@ -175,7 +174,7 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
   hooks.reserve = [&](std::size_t i) {
     // Atomic: both the fill count and the KV share, against every branch's reservations.
     const double kv = candidates[i].footprint.kv_share;
-    if (fills_in_flight_ + 1 > static_cast<int>(config_.prices.fill_slots) ||
+    if (fills_in_flight_ + 1 > static_cast<int>(curves_.fill_slots()) ||
         kv_reserved_ + kv > config_.prices.kv_budget) {
       ++stats_.reservations_refused;
       return false;

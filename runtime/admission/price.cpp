@@ -14,14 +14,14 @@ double clamp01(double x) {
 Prices PriceCurves::at(const LoadView& v) const {
   const double rho = clamp01(v.rho);
   const double canonical = rho * p_.decode_slots;  // canonical requests in flight
-  const double fills = clamp01(v.fill) * p_.fill_slots;
+  const double fills = clamp01(v.fill) * fill_slots_;
   const double slot_use = std::min((canonical + fills) / p_.decode_slots, p_.max_utilization);
   const double kv_use = std::min(clamp01(v.kv), p_.max_utilization);
   const double share = std::max(clamp01(v.kv) * p_.kv_budget, p_.kv_floor);
   const InterferenceModel& m = p_.interference;
   Prices out;
   // Per fill: its own stretch, plus the one-off sharing overhead spread over the fill budget.
-  out.slot = canonical * (m.per_request + m.sharing_overhead / p_.fill_slots) / (1.0 - slot_use);
+  out.slot = canonical * (m.per_request + m.sharing_overhead / fill_slots_) / (1.0 - slot_use);
   out.kv = canonical * m.kv_marginal(share) / (1.0 - kv_use);
   return out;
 }
@@ -33,7 +33,7 @@ double PriceCurves::cost(const LoadView& v, const Footprint& f) const {
 
 LoadView PriceCurves::project(const LoadView& v, const Footprint& f) const {
   LoadView out = v;
-  out.fill = v.fill + 1.0 / p_.fill_slots;
+  out.fill = v.fill + 1.0 / fill_slots_;
   out.kv = v.kv + f.kv_share / p_.kv_budget;
   return out;
 }

@@ -25,6 +25,9 @@
 #include "runtime/admission/load.hpp"
 #include "runtime/interference.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 namespace dynrt::admission {
 
 struct Footprint {
@@ -34,7 +37,8 @@ struct Footprint {
 
 struct PriceParams {
   double decode_slots = 64;        // concurrent decode slots of the engine
-  double fill_slots = 16;          // the fill budget: fills in flight at o_fill = 1
+  double fill_slots = 16;          // the fill budget: fills in flight at o_fill = 1 ...
+  double fill_slot_share = 0.25;   // ... or this share of the decode slots, if more
   double kv_budget = 0.25;         // the fill KV budget, as a share of the pool, at o_KV = 1
   InterferenceModel interference;  // Fig. 5b
   double kv_floor = 0.03;          // smallest KV share Fig. 5b measured
@@ -48,7 +52,7 @@ struct Prices {
 
 class PriceCurves {
  public:
-  explicit PriceCurves(PriceParams params = {}) : p_(params) {}
+  explicit PriceCurves(PriceParams params = {}) : p_(params), fill_slots_(params.fill_slots) {}
 
   Prices at(const LoadView& v) const;
   // C_s(V) = beta(V)^T R_s, in ms.
@@ -57,11 +61,19 @@ class PriceCurves {
   LoadView project(const LoadView& v, const Footprint& f) const;
 
   const PriceParams& params() const { return p_; }
-  // The engines' decode slots, as their load reports them (at least 1).
-  void set_decode_slots(double slots) { p_.decode_slots = slots >= 1 ? slots : 1; }
+  // The engines' decode slots, as their load reports them (at least 1). The fill budget grows
+  // with them, as a share (fill_slot_share) of the slots, never below the configured fill_slots:
+  // sixteen fills are a quarter of a 64-slot engine but nothing on four 1,024-slot workers.
+  void set_decode_slots(double slots) {
+    p_.decode_slots = slots >= 1 ? slots : 1;
+    fill_slots_ = std::max(p_.fill_slots, std::floor(p_.fill_slot_share * p_.decode_slots));
+  }
+  // The fill budget in effect: fills in flight at o_fill = 1.
+  double fill_slots() const { return fill_slots_; }
 
  private:
   PriceParams p_;
+  double fill_slots_;
 };
 
 }  // namespace dynrt::admission

@@ -138,6 +138,21 @@ TEST(Prices, CountCanonicalRequestsAgainstTheEnginesSlots) {
   EXPECT_EQ(curves.params().decode_slots, 1);
 }
 
+// The fill budget is a quarter of the engine's slots, and never below the configured 16: a
+// fixed 16 would hold fills to 0.4% of four 1,024-slot workers.
+TEST(Prices, TheFillBudgetGrowsWithTheEnginesSlots) {
+  PriceCurves curves;
+  EXPECT_EQ(curves.fill_slots(), 16);
+  curves.set_decode_slots(64);
+  EXPECT_EQ(curves.fill_slots(), 16);
+  curves.set_decode_slots(8);
+  EXPECT_EQ(curves.fill_slots(), 16);
+  curves.set_decode_slots(4096);
+  EXPECT_EQ(curves.fill_slots(), 1024);
+  // o_fill counts against the budget in effect: one more fill is 1/1024 of it.
+  EXPECT_NEAR(curves.project(LoadView{}, Footprint{1000, 0.001}).fill, 1.0 / 1024, 1e-12);
+}
+
 TEST(Prices, SteepenNearCapacity) {
   const PriceCurves curves;
   const double low = curves.at(LoadView{0, 0, 0.2}).slot / 0.2;
