@@ -1,7 +1,10 @@
 #include "bench/openloop.hpp"
 
 #include "actors/runtime.hpp"
+#include "actors/time.hpp"
+#include "bench/cell.hpp"
 #include "bench/driver.hpp"
+#include "bench/sim_world.hpp"
 #include "dsl/lint.hpp"
 #include "engines/sim/engine.hpp"
 #include "engines/sim/profiles.hpp"
@@ -46,7 +49,7 @@ std::vector<double> default_rates(const std::string& workload) {
   return {0.12, 0.8};
 }
 
-namespace {
+namespace detail {
 
 // -- arms ---------------------------------------------------------------------------------------
 
@@ -274,15 +277,6 @@ void write_trace(const std::filesystem::path& dir, const Workload& w,
 
 // -- one cell -------------------------------------------------------------------------------------
 
-struct Trace {
-  const dsl::TemplateGraph* graph = nullptr;
-  const Workload* workload = nullptr;
-  std::vector<double> arrival_s;
-  double rate = 0;
-};
-
-using Bodies = std::vector<std::vector<std::string>>;  // per run: every step's body
-
 std::string cache_key(const Step& s) {
   return s.endpoint + '\n' + s.request.dump();
 }
@@ -293,28 +287,6 @@ std::string whole_request_key(const Run& r) {
     k += '\x1f' + p;
   return k;
 }
-
-// Harness-side caches of the baselines.
-struct HarnessCaches {
-  std::mutex mutex;
-  // instcache: whole requests, by the run's content: every step's reply.
-  std::map<std::string, std::vector<Reply>> whole;
-  // helium+: per stage, by exact body; identical calls in flight wait for the first.
-  std::map<std::string, Reply> stage;
-  struct InFlight {
-    std::promise<Reply> done;  // set by the run executing the call
-    std::shared_future<Reply> answer = done.get_future().share();
-  };
-  std::map<std::string, InFlight> stage_inflight;
-  // The executing run's call ended: waiters get `reply`, and an answer is cached. Locked.
-  void finish_stage(const std::string& key, const Reply& reply) {
-    const auto it = stage_inflight.find(key);
-    if (it == stage_inflight.end()) return;
-    if (reply.ok() && reply.status == 200) stage.emplace(key, reply);
-    it->second.done.set_value(reply);
-    stage_inflight.erase(it);
-  }
-};
 
 class ProgressBar {
  public:
@@ -350,30 +322,13 @@ class ProgressBar {
   std::size_t shown_ = SIZE_MAX;
 };
 
-struct CellContext {
-  const BenchOptions* options = nullptr;
-  const Trace* trace = nullptr;
-  std::string arm;
-  int fanout = -1;  // overrides the arm's
-  const Bodies* floor_bodies = nullptr;
-  Bodies* bodies_out = nullptr;
-  std::string label;
-};
-
 CellResult run_cell(const CellContext& cx) {
   const BenchOptions& o = *cx.options;
   const Trace& t = *cx.trace;
   const Workload& w = *t.workload;
   const dsl::TemplateGraph& g = *t.graph;
   const Arm arm = arm_of(cx.arm);
-  const double ms_per_sim_s = o.time_scale;
-  auto to_sim_s = [&](Clock::duration d) {
-    return std::chrono::duration<double, std::milli>(d).count() / ms_per_sim_s;
-  };
-  auto real = [&](double sim_s) {
-    return std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double, std::milli>(sim_s * ms_per_sim_s));
-  };
+  const auto wall_start = Clock::now();
 
   CellResult res;
   res.workload = w.workflow;
@@ -388,11 +343,13 @@ CellResult run_cell(const CellContext& cx) {
     return res;
   }
   engines::sim::SimEngineOptions eo;
-  eo.time_scale = o.time_scale;
+  eo.stepped = true;
   eo.workers = profile->workers;
   engines::sim::SimParams params = profile->params;
   params.interference_scale = o.interference_scale;
   auto engine = std::make_shared<engines::sim::SimEngine>(params, w.script, eo);
+  auto time = std::make_shared<ManualTime>();
+  SimWorld world(time, engine);
   auto corpus = engines::Corpus::from_json(w.corpus);
   if (!corpus.ok()) {
     res.first_failure = "corpus: " + corpus.error().message;
@@ -412,12 +369,11 @@ CellResult run_cell(const CellContext& cx) {
   cfg.private_fills = arm.private_fills;
   cfg.admission.policy = arm.policy;
   cfg.admission.seed = o.seed;
-  // The load envelope's horizon in simulated time (the paper's 5 s).
-  cfg.admission.horizon = std::chrono::duration_cast<Duration>(real(5.0));
-  // A resolved branch stops waiting for its demand after 30 simulated seconds (the default's
-  // 30 s, in the bench's compressed time).
-  cfg.settle_after = std::chrono::duration_cast<std::chrono::milliseconds>(real(30.0));
-  cfg.threads = 2;
+  // Every time rule runs in simulated time as configured: the envelope's 5 s horizon, the
+  // 30 s settle deadline, the templates' wait_ms and ttl_s.
+  cfg.stepped = true;
+  cfg.time = time;
+  cfg.threads = 1;
   auto created = Runtime::create(cfg);
   if (!created.ok()) {
     res.first_failure = created.error().message;
@@ -425,151 +381,146 @@ CellResult run_cell(const CellContext& cx) {
     return res;
   }
   std::unique_ptr<Runtime> rt = std::move(*created);
+  world.attach(rt.get());
 
-  HarnessCaches caches;
-  std::atomic<std::size_t> harness_hits{0};
-  auto whole_hit = [&](const Run& run) -> std::optional<std::vector<Reply>> {
-    std::lock_guard lock(caches.mutex);
-    const auto it = caches.whole.find(whole_request_key(run));
-    if (it == caches.whole.end()) return std::nullopt;
-    return it->second;
-  };
-  auto remember_whole = [&](const Run& run, const RunResult& rr) {
-    if (!rr.ok()) return;
-    std::vector<Reply> replies;
-    for (const auto& s : rr.steps)
-      replies.push_back(s.reply);
-    std::lock_guard lock(caches.mutex);
-    caches.whole.emplace(whole_request_key(run), std::move(replies));
-  };
-
-  // One run as a harness drives it, with the arm's harness cache in front of the Runtime.
-  auto drive_one = [&](const Run& run, Clock::duration* user_turn) -> RunResult {
-    DriveOptions d;
-    std::optional<std::vector<Reply>> whole;
-    std::size_t step_index = 0;
-    std::vector<std::string> owned;  // helium+: calls this run executes for the waiters
-    if (arm.cache == HarnessCache::whole_request) whole = whole_hit(run);
-    d.on_user = [&](const Run& r, std::size_t) {
-      if (r.think_s > 0) std::this_thread::sleep_for(real(r.think_s));
-    };
-    d.intercept = [&](Step& s) -> bool {
-      const std::size_t j = step_index++;
-      if (whole && j < whole->size()) {
+  // Harness-side caches of the baselines (one thread: no locks).
+  std::map<std::string, std::vector<Reply>> whole;  // instcache: every step's reply, by run
+  std::map<std::string, Reply> stage_cache;         // helium+: by exact body
+  // helium+: identical calls in flight wait for the first one's answer.
+  std::map<std::string, std::vector<std::function<void(Reply)>>> stage_waiters;
+  std::size_t harness_hits = 0;
+  auto finish_stage = [&](const std::string& key, const Reply& reply) {
+    const auto it = stage_waiters.find(key);
+    if (it == stage_waiters.end()) return;
+    if (reply.ok() && reply.status == 200) stage_cache.emplace(key, reply);
+    auto waiters = std::move(it->second);
+    stage_waiters.erase(it);
+    for (auto& answer : waiters) {
+      Reply r = reply;
+      if (r.ok() && r.status == 200) {
         ++harness_hits;
-        s.reply = (*whole)[j];
-        s.reply.served = Served::cache;
+        r.served = Served::cache;
+      }
+      answer(std::move(r));
+    }
+  };
+
+  // One run as a harness drives it, with the arm's harness cache in front of the Runtime;
+  // `done` gets its result and, for HCI, the user turn's latency.
+  auto drive_one = [&](const Run& run, std::function<void(RunResult, double user_turn_s)> done) {
+    struct State {
+      std::optional<std::vector<Reply>> whole;
+      std::size_t step_index = 0;
+      std::vector<std::string> owned;  // helium+: calls this run executes for the waiters
+      double user_turn_s = 0;
+    };
+    auto st = std::make_shared<State>();
+    if (arm.cache == HarnessCache::whole_request)
+      if (const auto it = whole.find(whole_request_key(run)); it != whole.end())
+        st->whole = it->second;
+    AsyncDriveOptions d;
+    d.clock = time.get();
+    d.on_user = [&world](const Run& r, std::size_t, std::function<void()> resume) {
+      world.at(r.think_s, std::move(resume));
+    };
+    d.intercept = [&, st](Step& s, std::function<void(Reply)> answer) -> bool {
+      const std::size_t j = st->step_index++;
+      if (st->whole && j < st->whole->size()) {
+        ++harness_hits;
+        Reply r = (*st->whole)[j];
+        r.served = Served::cache;
+        answer(std::move(r));
         return true;
       }
       if (arm.cache != HarnessCache::per_stage) return false;
       const dsl::Stage* stage = g.stage(s.stage);
       if (!stage || !stage->speculable || !stage->writes.empty()) return false;
       const std::string key = cache_key(s);
-      std::shared_future<Reply> wait;
-      {
-        std::lock_guard lock(caches.mutex);
-        if (const auto it = caches.stage.find(key); it != caches.stage.end()) {
-          ++harness_hits;
-          s.reply = it->second;
-          s.reply.served = Served::cache;
-          return true;
-        }
-        const auto [it, first] = caches.stage_inflight.try_emplace(key);
-        if (first) {
-          owned.push_back(key);
-          return false;
-        }
-        wait = it->second.answer;
-      }
-      s.reply = wait.get();
-      if (s.reply.ok() && s.reply.status == 200) {
+      if (const auto it = stage_cache.find(key); it != stage_cache.end()) {
         ++harness_hits;
-        s.reply.served = Served::cache;
+        Reply r = it->second;
+        r.served = Served::cache;
+        answer(std::move(r));
+        return true;
       }
+      const auto [it, first] = stage_waiters.try_emplace(key);
+      if (first) {
+        st->owned.push_back(key);
+        return false;
+      }
+      it->second.push_back(std::move(answer));
       return true;
     };
-    d.after_step = [&](const Step& s) {
-      if (user_turn && s.stage == "act") *user_turn = s.latency;
+    d.after_step = [&, st](const Step& s) {
+      if (s.stage == "act") st->user_turn_s = seconds(s.latency);
       if (arm.cache != HarnessCache::per_stage) return;
       const std::string key = cache_key(s);
-      if (std::find(owned.begin(), owned.end(), key) == owned.end()) return;
-      std::lock_guard lock(caches.mutex);
-      caches.finish_stage(key, s.reply);
+      if (std::find(st->owned.begin(), st->owned.end(), key) != st->owned.end())
+        finish_stage(key, s.reply);
     };
-    RunResult rr = drive(*rt, g, run, d);
-    // A call this run owned but that failed: its waiters get the failure, nothing is cached.
-    {
-      Reply failed;
-      failed.status = 502;
-      failed.error = rr.error.empty() ? "not executed" : rr.error;
-      std::lock_guard lock(caches.mutex);
-      for (const auto& key : owned)
-        caches.finish_stage(key, failed);
-    }
-    if (arm.cache == HarnessCache::whole_request && !whole) remember_whole(run, rr);
-    return rr;
+    drive_async(*rt, g, run, std::move(d),
+                [&, st, run_copy = run, done = std::move(done)](RunResult rr) {
+                  // A call this run owned but that failed: its waiters get the failure.
+                  Reply failed;
+                  failed.status = 502;
+                  failed.error = rr.error.empty() ? "not executed" : rr.error;
+                  for (const auto& key : st->owned)
+                    finish_stage(key, failed);
+                  if (arm.cache == HarnessCache::whole_request && !st->whole && rr.ok()) {
+                    std::vector<Reply> replies;
+                    for (const auto& s : rr.steps)
+                      replies.push_back(s.reply);
+                    whole.emplace(whole_request_key(run_copy), std::move(replies));
+                  }
+                  done(std::move(rr), st->user_turn_s);
+                });
   };
 
   // InstCache: before the trace, the predicted requests (the more popular half of the popular
-  // ones) are executed and cached; untimed.
+  // ones) are executed and cached, one after another; untimed.
   if (arm.cache == HarnessCache::whole_request) {
     const std::size_t predicted = (w.popular.size() + 1) / 2;
     for (std::size_t k = 0; k < predicted; ++k) {
       Run warm = w.popular[k];
       warm.workflow_id = w.workflow + "-predicted-" + std::to_string(k);
       warm.think_s = 0;
-      drive_one(warm, nullptr);
+      bool warmed = false;
+      drive_one(warm, [&](RunResult, double) { warmed = true; });
+      world.run_until([&] { return warmed; });
     }
   }
   harness_hits = 0;
 
-  // Open loop: each run starts at its arrival time on a thread of its own.
+  // Open loop: each run starts at its arrival time, whatever the others are doing.
   const std::size_t n = w.runs.size();
   std::vector<double> latency(n, -1);
   std::vector<double> window_ratio(n, -1);
   std::vector<std::string> errors(n);
   Bodies bodies(n);
-  std::atomic<std::size_t> done{0};
-  std::mutex done_mutex;
-  std::condition_variable done_cv;
+  std::size_t done = 0;
+  std::vector<double> finished_at(n, -1);
   ProgressBar bar(o.progress, o.progress_style, cx.label, n);
-  std::vector<std::thread> threads;
-  threads.reserve(n);
-  const auto start = Clock::now() + std::chrono::milliseconds(5);
-  const auto wall_start = Clock::now();
+  const double start_s = world.now_s();
   for (std::size_t i = 0; i < n; ++i) {
-    const auto at = start + real(t.arrival_s[i]);
-    while (Clock::now() < at) {
-      std::unique_lock lock(done_mutex);
-      done_cv.wait_until(lock, std::min(at, Clock::now() + std::chrono::milliseconds(250)));
-      bar.show(done.load());
-    }
-    threads.emplace_back([&, i, at] {
-      const Run& run = w.runs[i];
-      Clock::duration user_turn{};
-      const RunResult rr = drive_one(run, w.workflow == "hci" ? &user_turn : nullptr);
-      const auto total = Clock::now() - at;
-      if (rr.ok()) {
-        latency[i] = to_sim_s(w.workflow == "hci" ? user_turn : total);
-        window_ratio[i] = window_over_downstream(g, rr);
-        for (const auto& s : rr.steps)
-          bodies[i].push_back(s.reply.body);
-      } else {
-        errors[i] = rr.error;
-      }
-      ++done;
-      done_cv.notify_all();
+    world.at(t.arrival_s[i], [&, i] {
+      const double arrived = world.now_s();
+      drive_one(w.runs[i], [&, i, arrived](RunResult rr, double user_turn_s) {
+        if (rr.ok()) {
+          if (cx.finished_at_out) finished_at[i] = world.now_s() - start_s;
+          latency[i] = w.workflow == "hci" ? user_turn_s : world.now_s() - arrived;
+          window_ratio[i] = window_over_downstream(g, rr);
+          for (const auto& s : rr.steps)
+            bodies[i].push_back(s.reply.body);
+        } else {
+          errors[i] = rr.error;
+        }
+        bar.show(++done);
+      });
     });
   }
-  {
-    std::unique_lock lock(done_mutex);
-    while (done.load() < n) {
-      done_cv.wait_for(lock, std::chrono::milliseconds(250));
-      bar.show(done.load());
-    }
-  }
-  for (auto& th : threads)
-    th.join();
+  if (!world.run_until([&] { return done == n; }))
+    for (std::size_t i = 0; i < n; ++i)
+      if (latency[i] < 0 && errors[i].empty()) errors[i] = "the run never finished";
   res.wall_s = std::chrono::duration<double>(Clock::now() - wall_start).count();
 
   const RuntimeStats st = rt->stats();
@@ -581,7 +532,7 @@ CellResult run_cell(const CellContext& cx) {
   std::size_t accurate = 0;
   for (std::size_t i = 0; i < n; ++i) {
     if (latency[i] >= 0) {
-      ok.push_back(latency[i]);
+      if (i >= cx.measure_from && i < cx.measure_to) ok.push_back(latency[i]);
       ++res.completed;
       if (cx.floor_bodies && i < cx.floor_bodies->size() && (*cx.floor_bodies)[i] == bodies[i])
         ++accurate;
@@ -606,6 +557,8 @@ CellResult run_cell(const CellContext& cx) {
   res.wasted_engine_s = std::min(res.speculative_engine_s,
                                  (st.engine_ms_wasted / 1000.0 + seconds(counters.wasted)) * per);
   res.served_fill = static_cast<double>(st.served_fill) * per;
+  res.waits = static_cast<double>(st.waits) * per;
+  res.wait_timeouts = static_cast<double>(st.wait_timeouts) * per;
   const auto& gate = st.admission;
   if (const auto decided = gate.branches_opened + gate.branches_closed; decided > 0) {
     res.gate_open_share = static_cast<double>(gate.branches_opened) / static_cast<double>(decided);
@@ -614,13 +567,53 @@ CellResult run_cell(const CellContext& cx) {
                                                 : 0;
   }
   // Harness-cache hits during the trace (InstCache's warm-up is not counted: it ran before).
-  res.served_cache = static_cast<double>(st.served_cache + harness_hits.load()) * per;
+  res.served_cache = static_cast<double>(st.served_cache + harness_hits) * per;
   if (cx.bodies_out) *cx.bodies_out = std::move(bodies);
+  if (cx.finished_at_out) *cx.finished_at_out = std::move(finished_at);
   std::ostringstream summary;
   summary << std::fixed << std::setprecision(2) << "mean " << res.mean_s << " s";
   if (res.failures) summary << ", " << res.failures << " failed";
   bar.finish(summary.str());
   return res;
+}
+
+Graphs load_graphs(const std::string& templates, const std::vector<std::string>& workloads,
+                   const std::string& profile) {
+  Graphs out;
+  if (auto p = engines::sim::sim_profile(profile); !p) {
+    out.error = p.error().message;
+    return out;
+  }
+  out.report = dsl::lint_paths({templates});
+  for (const auto* g : out.report.graphs())
+    out.by_workload[g->workflow] = g;
+  for (const auto& name : workloads)
+    if (!out.by_workload.count(name)) {
+      out.error = "no template for workload \"" + name + "\" in " + templates;
+      return out;
+    }
+  return out;
+}
+
+std::vector<std::string> arms_with_floor(const std::vector<std::string>& asked) {
+  std::vector<std::string> arms = {"floor"};
+  for (const auto& a : asked.empty() ? bench_arms() : asked)
+    if (a != "floor") arms.push_back(a);
+  return arms;
+}
+
+Workload bench_workload(const dsl::TemplateGraph& graph, std::uint64_t seed, std::size_t runs,
+                        double predictability, double repeat_rate) {
+  WorkloadOptions wo;
+  wo.seed = seed;
+  wo.runs = runs;
+  wo.predictability = predictability;
+  wo.repeat_rate = repeat_rate;
+  // Fresh runs recur against earlier fresh runs and the popular requests' sub-tasks.
+  const double requests = static_cast<double>(runs);
+  const double pool = repeat_rate > 0 ? std::max(2.0, std::floor(requests / 8.0)) : 0.0;
+  wo.subagent_entities = subagent_pool(requests * (1 - repeat_rate) + pool);
+  return make_workload(graph, wo);
 }
 
 void set_ratio(CellResult& c, const CellResult& floor) {
@@ -633,7 +626,9 @@ std::string rate_label(double r) {
   return s.str();
 }
 
-}  // namespace
+}  // namespace detail
+
+using namespace detail;
 
 json CellResult::to_json() const {
   return {{"workload", workload},
@@ -654,6 +649,8 @@ json CellResult::to_json() const {
           {"wasted_engine_s_per_request", wasted_engine_s},
           {"served_fill_per_request", served_fill},
           {"served_cache_per_request", served_cache},
+          {"waits_per_request", waits},
+          {"wait_timeouts_per_request", wait_timeouts},
           {"gate_open_share", gate_open_share},
           {"gate_audit_share", gate_audit_share},
           {"window_over_downstream", window_over_downstream},
@@ -687,35 +684,17 @@ std::pair<CellResult, CellResult> floor_and_full(const BenchOptions& o, const Tr
 
 BenchResult run_bench(const BenchOptions& o) {
   BenchResult out;
-  if (auto p = engines::sim::sim_profile(o.profile); !p) {
-    out.error = p.error().message;
+  Graphs loaded = load_graphs(o.templates, o.workloads, o.profile);
+  if (!loaded.error.empty()) {
+    out.error = loaded.error;
     return out;
   }
-  const dsl::LintReport report = dsl::lint_paths({o.templates});
-  std::map<std::string, const dsl::TemplateGraph*> graphs;
-  for (const auto* g : report.graphs())
-    graphs[g->workflow] = g;
-  for (const auto& name : o.workloads)
-    if (!graphs.count(name)) {
-      out.error = "no template for workload \"" + name + "\" in " + o.templates;
-      return out;
-    }
-  std::vector<std::string> arms = {"floor"};
-  for (const auto& a : o.arms.empty() ? bench_arms() : o.arms)
-    if (a != "floor") arms.push_back(a);
+  auto& graphs = loaded.by_workload;
+  const std::vector<std::string> arms = arms_with_floor(o.arms);
   const std::filesystem::path dir = o.out_dir;
 
   auto workload_for = [&](const std::string& name, double predictability, double repeat_rate) {
-    WorkloadOptions wo;
-    wo.seed = o.seed;
-    wo.runs = o.requests;
-    wo.predictability = predictability;
-    wo.repeat_rate = repeat_rate;
-    // Fresh runs recur against earlier fresh runs and the popular requests' sub-tasks.
-    const double pool = repeat_rate > 0 ? std::max(2.0, std::floor(o.requests / 8.0)) : 0.0;
-    wo.subagent_entities =
-        subagent_pool(static_cast<double>(o.requests) * (1 - repeat_rate) + pool);
-    return make_workload(*graphs[name], wo);
+    return bench_workload(*graphs[name], o.seed, o.requests, predictability, repeat_rate);
   };
 
   for (const auto& name : o.workloads) {
@@ -793,7 +772,6 @@ json BenchResult::to_json(const BenchOptions& o) const {
   j["seed"] = o.seed;
   j["profile"] = o.profile;
   j["interference_scale"] = o.interference_scale;
-  j["time_scale"] = o.time_scale;
   j["requests"] = o.requests;
   j["repeat_rate"] = o.repeat_rate;
   j["records"] = json::array();
@@ -867,9 +845,8 @@ std::string format_bench(const BenchOptions& o, const BenchResult& r) {
      << (o.interference_scale != 1.0
              ? " (true interference " + fixed(o.interference_scale) + "× the price curves' fit)"
              : std::string())
-     << ", seed " << o.seed << ", " << o.requests << " requests per cell, time scale "
-     << o.time_scale << " ms per simulated second, exact-repeat rate " << o.repeat_rate
-     << "; latencies in simulated seconds.\n";
+     << ", seed " << o.seed << ", " << o.requests << " requests per cell, exact-repeat rate "
+     << o.repeat_rate << "; run in simulated time, latencies in simulated seconds.\n";
   std::vector<std::string> workloads;
   for (const auto& c : r.cells)
     if (std::find(workloads.begin(), workloads.end(), c.workload) == workloads.end())

@@ -44,7 +44,6 @@ struct BenchOptions {
   std::vector<double> rates;           // empty: default_rates() per workload
   std::size_t requests = 60;           // runs per cell
   std::uint64_t seed = 1;
-  double time_scale = 20;    // real milliseconds per simulated second (1000: real time)
   double repeat_rate = 0.5;  // share of runs that exactly repeat a popular request
   bool sweeps = false;       // also the fanout, repeat-rate and unpredictable-trace runs
   std::string templates = "templates";
@@ -77,6 +76,8 @@ struct CellResult {
   double wasted_engine_s = 0;       // ... of fills nobody consumed
   double served_fill = 0;           // demands served by fills, per request
   double served_cache = 0;          // ... from the library or a harness cache
+  double waits = 0;                 // demands that waited for their in-flight fill, per request
+  double wait_timeouts = 0;         // ... and ran on the engine after the template's wait_ms
   // The share of decisions at which the generation gate (Action 0) opened, and of those the
   // share an audit opened; -1 when the arm made no decision (no fills).
   double gate_open_share = -1;

@@ -1,5 +1,6 @@
 #include "bench/admission_replay.hpp"
 #include "bench/openloop.hpp"
+#include "bench/sweep.hpp"
 #include "cli/commands.hpp"
 #include "engines/sim/profiles.hpp"
 
@@ -35,6 +36,21 @@ std::string quote(const std::string& s) {
       out += c;
   }
   return out + "'";
+}
+
+// Draws OUT/plots/*.png from OUT/results.json with bench/plot.py, when it can.
+void plot(const std::string& script, const std::filesystem::path& dir, const char* who) {
+  namespace fs = std::filesystem;
+  if (!fs::exists(script)) {
+    std::cerr << who << ": no plots: " << script << " not found (--plot-script)\n";
+    return;
+  }
+  const std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  const std::string cmd = python + " " + quote(script) + " " +
+                          quote((dir / "results.json").string()) + " " +
+                          quote((dir / "plots").string()) + " 1>&2";
+  if (std::system(cmd.c_str()) != 0)
+    std::cerr << who << ": plotting failed; the tables and JSON are written\n";
 }
 
 int run_open_loop(const std::string& which, OpenLoopCli& cli) {
@@ -73,18 +89,7 @@ int run_open_loop(const std::string& which, OpenLoopCli& cli) {
   std::ofstream(dir / "results.json") << result.to_json(o).dump(2) << "\n";
   std::cerr << "dynrt bench: wrote " << (dir / "results.md").string() << ", "
             << (dir / "results.json").string() << " and traces/\n";
-  if (!cli.no_plots) {
-    if (!fs::exists(cli.plot_script)) {
-      std::cerr << "dynrt bench: no plots: " << cli.plot_script << " not found (--plot-script)\n";
-    } else {
-      const std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-      const std::string cmd = python + " " + quote(cli.plot_script) + " " +
-                              quote((dir / "results.json").string()) + " " +
-                              quote((dir / "plots").string()) + " 1>&2";
-      if (std::system(cmd.c_str()) != 0)
-        std::cerr << "dynrt bench: plotting failed; the tables and JSON are written\n";
-    }
-  }
+  if (!cli.no_plots) plot(cli.plot_script, dir, "dynrt bench");
   std::size_t failures = 0;
   for (const auto& c : result.cells)
     failures += c.failures;
@@ -122,10 +127,6 @@ void add_open_loop(CLI::App& bench, const std::string& which, const std::string&
                   "The engine's true interference as a multiple of the fit the price curves use")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--time-scale", cli->options.time_scale,
-                  "Real milliseconds per simulated second (1000 is real time)")
-      ->check(CLI::Range(1.0, 1000.0))
-      ->capture_default_str();
   cmd->add_option("--repeat-rate", cli->options.repeat_rate,
                   "Share of requests that exactly repeat a popular one")
       ->check(CLI::Range(0.0, 1.0))
@@ -142,6 +143,118 @@ void add_open_loop(CLI::App& bench, const std::string& which, const std::string&
   cmd->callback([cli, which, &run] { run = [cli, which] { return run_open_loop(which, *cli); }; });
 }
 
+struct SweepCli {
+  bench::SweepOptions options;
+  std::string which;
+  std::string out_dir = "bench-sweep";
+  bool no_plots = false;
+  bool quiet = false;
+  bool unpredictable = false;
+  std::string plot_script = DYNRT_PLOT_SCRIPT;
+};
+
+int run_sweep(SweepCli& cli) {
+  namespace fs = std::filesystem;
+  auto& o = cli.options;
+  const auto& names = bench::bench_workloads();
+  if (cli.which == "all") {
+    o.workloads = names;
+  } else if (std::find(names.begin(), names.end(), cli.which) != names.end()) {
+    o.workloads = {cli.which};
+  } else {
+    std::cerr << "dynrt bench sweep: unknown workload \"" << cli.which
+              << "\"; workloads are routing react subagent hci, or all\n";
+    return kExitUsage;
+  }
+  for (const auto& a : o.arms)
+    if (std::find(bench::bench_arms().begin(), bench::bench_arms().end(), a) ==
+        bench::bench_arms().end()) {
+      std::cerr << "dynrt bench sweep: unknown arm \"" << a << "\"\n";
+      return kExitUsage;
+    }
+  for (const double u : o.loads)
+    if (!(u > 0 && u <= 2)) {
+      std::cerr << "dynrt bench sweep: a load is a fraction of the saturation rate, in (0, 2]; got "
+                << u << "\n";
+      return kExitUsage;
+    }
+  if (cli.unpredictable) {
+    o.predictability = 0;
+    o.repeat_rate = 0;
+  }
+  o.progress = cli.quiet ? nullptr : &std::cerr;
+  std::error_code ec;
+  fs::create_directories(cli.out_dir, ec);
+  if (ec) {
+    std::cerr << "dynrt bench sweep: cannot create " << cli.out_dir << ": " << ec.message() << "\n";
+    return kExitUsage;
+  }
+  const bench::SweepResult result = bench::run_sweep(o);
+  if (!result.error.empty()) {
+    std::cerr << "dynrt bench sweep: " << result.error << "\n";
+    return kExitUsage;
+  }
+  const std::string md = bench::format_sweep(o, result);
+  std::cout << md;
+  const fs::path dir = cli.out_dir;
+  std::ofstream(dir / "results.md") << md;
+  std::ofstream(dir / "results.json") << result.to_json(o).dump(2) << "\n";
+  std::cerr << "dynrt bench sweep: wrote " << (dir / "results.md").string() << " and "
+            << (dir / "results.json").string() << "\n";
+  if (!cli.no_plots) plot(cli.plot_script, dir, "dynrt bench sweep");
+  std::size_t failures = 0;
+  for (const auto& p : result.points)
+    failures += p.failures;
+  return failures == 0 ? kExitOk : kExitFindings;
+}
+
+void add_sweep(CLI::App& bench, std::function<int()>& run) {
+  auto cli = std::make_shared<SweepCli>();
+  CLI::App* cmd = bench.add_subcommand(
+      "sweep", "Latency against load: every arm at fractions of the floor's saturation rate");
+  cmd->footer(
+      "Finds the rate at which the floor saturates the simulated engine for each workload (a\n"
+      "burst of runs arriving at once), then runs every arm at each load (a fraction of that\n"
+      "rate) for each seed, in simulated time. Writes OUT/results.md (per workload: the\n"
+      "saturation rate, mean latency ± 1 s.d. over seeds per load and arm, fills and wasted\n"
+      "engine time), OUT/results.json (one record per cell: workload, profile, load, rate, arm,\n"
+      "seed, mean_s, p99_s, accuracy, fills_issued, fills_consumed, wasted_engine_s, ...; and\n"
+      "the points over seeds) and OUT/plots/*.png. See docs/benchmarks.md.");
+  cmd->add_option("workload", cli->which, "routing, react, subagent, hci or all")->required();
+  cmd->add_option("--profile", cli->options.profile,
+                  "Simulated engine profile (" + engines::sim::sim_profile_names() + ")")
+      ->capture_default_str();
+  cmd->add_option("--loads", cli->options.loads, "Loads, as fractions of the saturation rate")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--seeds", cli->options.seeds, "Seeds per cell (1, 2, ... from --seed)")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  cmd->add_option("--seed", cli->options.first_seed, "First seed")->capture_default_str();
+  cmd->add_option("--requests", cli->options.requests, "Workflow runs per cell")
+      ->check(CLI::Range(20, 100000))
+      ->capture_default_str();
+  cmd->add_option("--arms", cli->options.arms, "Arms to run (the floor always runs)")
+      ->delimiter(',');
+  cmd->add_option("--interference-scale", cli->options.interference_scale,
+                  "The engine's true interference as a multiple of the fit the price curves use")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--repeat-rate", cli->options.repeat_rate,
+                  "Share of runs that exactly repeat a popular one")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_flag("--unpredictable", cli->unpredictable,
+                "The no-harm trace: selections ignore every predictor, no exact repeats");
+  cmd->add_option("--templates", cli->options.templates, "Template folder")->capture_default_str();
+  cmd->add_option("--out", cli->out_dir, "Output folder")->capture_default_str();
+  cmd->add_flag("--no-plots", cli->no_plots, "Do not draw the PNG plots");
+  cmd->add_option("--plot-script", cli->plot_script, "bench/plot.py to draw with")
+      ->capture_default_str();
+  cmd->add_flag("--quiet", cli->quiet, "No progress on stderr (one line per load and seed)");
+  cmd->callback([cli, &run] { run = [cli] { return run_sweep(*cli); }; });
+}
+
 }  // namespace
 
 void add_bench_commands(CLI::App& app, std::function<int()>& run) {
@@ -154,6 +267,7 @@ void add_bench_commands(CLI::App& app, std::function<int()>& run) {
   add_open_loop(*bench, "react", "The ReAct workload (think -> retrieve -> read per hop)", run);
   add_open_loop(*bench, "subagent", "The Sub-Agent workload (plan -> research -> summarize)", run);
   add_open_loop(*bench, "hci", "The HCI workload (offer -> user pick -> act)", run);
+  add_sweep(*bench, run);
 
   auto replay = std::make_shared<bench::AdmissionReplayOptions>();
   CLI::App* admission = bench->add_subcommand(

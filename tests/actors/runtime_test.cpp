@@ -3,6 +3,7 @@
 #include "tests/actors/rig.hpp"
 
 #include "actors/reply.hpp"
+#include "bench/sim_world.hpp"
 #include "dsl/render.hpp"
 #include "engines/openai/assembly.hpp"
 
@@ -138,6 +139,118 @@ decisions:
   const auto r = (*rt)->complete({"/v1/chat/completions", h, {"drafted", "d1", "handle"}}).get();
   EXPECT_EQ(r.served, Served::fill);
   EXPECT_EQ((*rt)->stats().fills_issued, 1u) << "four votes for one candidate: one fill";
+}
+
+// One open-loop simulation of `runs` Routing runs on a stepped runtime and engine: every
+// answer's body per run, and the runtime's figures.
+struct Simulated {
+  std::vector<std::vector<std::string>> bodies;
+  RuntimeStats stats;
+};
+
+Simulated simulate(const bench::Workload& w) {
+  engines::sim::SimEngineOptions eo;
+  eo.stepped = true;
+  auto engine = std::make_shared<engines::sim::SimEngine>(engines::sim::SimParams{}, w.script, eo);
+  auto time = std::make_shared<ManualTime>();
+  bench::SimWorld world(time, engine);
+  auto corpus = engines::Corpus::from_json(w.corpus);
+  EXPECT_TRUE(corpus.ok());
+  for (const auto& [name, key] : w.tools)
+    (*corpus)->add_tool(name, {engines::Corpus::Kind::lookup, key});
+  RuntimeConfig cfg;
+  cfg.engines.push_back({"sim", engine, {}});
+  cfg.tools = *corpus;
+  cfg.template_paths = {"templates"};
+  cfg.stepped = true;
+  cfg.time = time;
+  auto rt = Runtime::create(cfg);
+  EXPECT_TRUE(rt.ok()) << (rt.ok() ? "" : rt.error().message);
+  world.attach(rt->get());
+  Simulated out;
+  out.bodies.resize(w.runs.size());
+  std::size_t done = 0;
+  for (std::size_t i = 0; i < w.runs.size(); ++i)
+    world.at(0.7 * static_cast<double>(i), [&, i] {
+      bench::drive_async(**rt, graph(w.workflow), w.runs[i], {}, [&, i](bench::RunResult r) {
+        EXPECT_TRUE(r.ok()) << r.error;
+        for (const auto& step : r.steps)
+          out.bodies[i].push_back(step.reply.body);
+        ++done;
+      });
+    });
+  EXPECT_TRUE(world.run_until([&] { return done == w.runs.size(); }));
+  out.stats = (*rt)->stats();
+  (*rt)->shutdown();
+  engine->drain();
+  return out;
+}
+
+// Stepped, the graph runs only inside run_pending() on the caller's thread: an open-loop
+// simulation answers byte for byte like the threaded runtime without dynrt's help (the floor),
+// uses fills and the library as that one does, and gives the same figures every time.
+TEST(Runtime, SteppedItRunsOnlyWhenAskedAndGivesTheSameResultEveryTime) {
+  const auto w = bench::make_workload(graph("routing"), {5, 10, 1.0, 0.4});
+  {
+    RuntimeConfig cfg;
+    cfg.engines.push_back({"sim", std::make_shared<engines::sim::SimEngine>(), {}});
+    cfg.template_paths = {"templates"};
+    cfg.stepped = true;
+    const auto rt = Runtime::create(cfg);
+    ASSERT_FALSE(rt.ok());
+    EXPECT_NE(rt.error().message.find("stepped"), std::string::npos) << rt.error().message;
+  }
+  {
+    // Nothing moves until the caller steps the actors and the engine.
+    engines::sim::SimEngineOptions eo;
+    eo.stepped = true;
+    auto engine =
+        std::make_shared<engines::sim::SimEngine>(engines::sim::SimParams{}, w.script, eo);
+    auto time = std::make_shared<ManualTime>();
+    RuntimeConfig cfg;
+    cfg.engines.push_back({"sim", engine, {}});
+    cfg.template_paths = {"templates"};
+    cfg.stepped = true;
+    cfg.time = time;
+    auto rt = Runtime::create(cfg);
+    ASSERT_TRUE(rt.ok()) << rt.error().message;
+    bench::RunSteps steps(graph("routing"), w.runs[0], false);
+    bench::Step first;
+    ASSERT_EQ(steps.next(first), bench::RunSteps::Next::request);
+    std::optional<Reply> answer;
+    (*rt)->complete({first.endpoint, first.request, {"routing", "r-1", first.stage}},
+                    ReplyCallbacks{nullptr, [&](Reply r) { answer = std::move(r); }, nullptr});
+    EXPECT_EQ(engine->counters().submitted, 0u);
+    EXPECT_GT((*rt)->run_pending(), 0u);          // the demand reaches the engine
+    EXPECT_GE(engine->counters().submitted, 1u);  // and the branch's fills
+    EXPECT_FALSE(answer);
+    bench::SimWorld world(time, engine);
+    world.attach(rt->get());
+    ASSERT_TRUE(world.run_until([&] { return answer.has_value(); }));
+    EXPECT_EQ(answer->status, 200);
+    EXPECT_GT(world.now_s(), 0.1);  // the router decoded in simulated time
+  }
+  // The floor: the threaded runtime with neither reuse nor fills.
+  Rig floor(w, {false, false});
+  std::vector<std::vector<std::string>> expected;
+  for (const auto& run : w.runs) {
+    const auto r = floor.drive(run);
+    ASSERT_TRUE(r.ok()) << r.error;
+    expected.emplace_back();
+    for (const auto& step : r.steps)
+      expected.back().push_back(step.reply.body);
+  }
+  const Simulated once = simulate(w);
+  EXPECT_EQ(once.bodies, expected);
+  EXPECT_GT(once.stats.fills_issued, 0u);
+  EXPECT_GT(once.stats.served_fill + once.stats.served_cache, 0u);
+  const Simulated again = simulate(w);
+  EXPECT_EQ(again.bodies, expected);
+  EXPECT_EQ(again.stats.fills_issued, once.stats.fills_issued);
+  EXPECT_EQ(again.stats.fills_consumed, once.stats.fills_consumed);
+  EXPECT_EQ(again.stats.served_fill, once.stats.served_fill);
+  EXPECT_EQ(again.stats.served_cache, once.stats.served_cache);
+  EXPECT_EQ(again.stats.engine_ms_wasted, once.stats.engine_ms_wasted);
 }
 
 TEST(Runtime, IdleWorkflowsEnd) {

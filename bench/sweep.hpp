@@ -1,0 +1,102 @@
+// `dynrt bench sweep`: latency against load, the way the paper's Figures 9a and 14 are drawn.
+//
+// For each workload it first finds the floor's saturation rate on the engine profile: a burst
+// of runs all arriving at once keeps the engine as busy as the workload can make it, and the
+// rate at which the middle 80% of those runs complete is the most the floor can sustain. Each
+// load u then runs the workload's trace with Poisson arrivals at u times that rate, for every
+// arm and seed, each cell in simulated time (bench/sim_world.hpp). The first 20% and the last
+// 10% of the runs are left out of the latency figures (the engine filling from empty, and the
+// load falling away as the trace ends); fills and engine time count every run.
+//
+// Per (workload, load, arm) it reports the mean latency over seeds with its standard deviation,
+// p50 and p99, the ratio to the floor of the same seed, fills issued and consumed per request,
+// and the engine-seconds fills wasted.
+#pragma once
+
+#include "bench/openloop.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace dynrt::bench {
+
+struct SweepOptions {
+  std::vector<std::string> workloads;  // of bench_workloads()
+  std::string profile = "h200x4-32b";
+  std::vector<double> loads = {0.05, 0.15, 0.3, 0.5, 0.7, 0.85, 0.95};
+  std::size_t seeds = 3;  // seeds first_seed, first_seed + 1, ...
+  std::uint64_t first_seed = 1;
+  std::size_t requests = 400;     // runs per cell
+  std::vector<std::string> arms;  // empty: every arm; the floor always runs
+  double interference_scale = 1.0;
+  double repeat_rate = 0.5;
+  // 1: the workloads as the paper measures them; 0: the no-harm trace, whose selections
+  // ignore every predictor (top-1 share about 1/K) and which has no exact repeats.
+  double predictability = 1.0;
+  std::string templates = "templates";
+  std::ostream* progress = nullptr;  // one line per finished (workload, load, seed)
+};
+
+// How the floor's saturation rate of one workload was found.
+struct Saturation {
+  std::string workload;
+  double rate = 0;       // runs per simulated second the floor sustains
+  std::size_t runs = 0;  // in the burst
+  double window_s = 0;   // the middle 80% of the burst's completions took this long
+};
+
+struct SweepRecord {  // one cell
+  std::string workload;
+  std::string profile;
+  double load = 0;
+  double rate = 0;
+  std::string arm;
+  std::uint64_t seed = 0;
+  CellResult cell;
+  nlohmann::json to_json() const;
+};
+
+struct SweepPoint {  // one (workload, load, arm) over the seeds
+  std::string workload;
+  double load = 0;
+  double rate = 0;
+  std::string arm;
+  std::size_t seeds = 0;
+  double mean_s = 0;  // mean over seeds of the cells' means
+  double sd_s = 0;    // their sample standard deviation
+  double p50_s = 0;   // means over seeds
+  double p99_s = 0;
+  double ratio_to_floor = 0;
+  double accuracy = 1;  // the lowest over seeds
+  double fills_issued = 0;
+  double fills_consumed = 0;
+  double wasted_engine_s = 0;
+  double gate_open_share = -1;
+  std::size_t failures = 0;
+  nlohmann::json to_json() const;
+};
+
+struct SweepResult {
+  std::map<std::string, Saturation> saturation;
+  std::vector<SweepRecord> records;
+  std::vector<SweepPoint> points;
+  double wall_s = 0;
+  std::string error;  // set when nothing could run
+  nlohmann::json to_json(const SweepOptions& options) const;
+};
+
+SweepResult run_sweep(const SweepOptions& options);
+
+// The Markdown report: per workload, the saturation rate and a table of load against arm.
+std::string format_sweep(const SweepOptions& options, const SweepResult& result);
+
+// The point of `arm` at `load` for `workload`, if it ran.
+const SweepPoint* find_point(const SweepResult& result, const std::string& workload, double load,
+                             const std::string& arm);
+
+}  // namespace dynrt::bench
