@@ -47,8 +47,8 @@ std::optional<SimTime> SimEngine::next_event_locked() const {
   return next;
 }
 
-// Canonical: the least-loaded worker (slots busy and queued over slots, then KV in use, then
-// the lowest index). A fill: the worker running the fewest canonical requests first.
+// The least-loaded worker (slots busy and queued over slots, then KV in use, then the lowest
+// index); a fill breaks a tie of load by the fewest canonical requests.
 std::size_t SimEngine::pick_worker(const EngineRequest& request) const {
   if (models_.size() == 1) return 0;
   const bool fill = request.priority > 0;
@@ -57,7 +57,7 @@ std::size_t SimEngine::pick_worker(const EngineRequest& request) const {
     const double busy = static_cast<double>(l.slots_busy + l.queued) /
                         static_cast<double>(std::max(1, l.slots_total));
     const double kv = l.kv_total > 0 ? l.kv_used / l.kv_total : 0;
-    return std::make_tuple(fill ? models_[i].canonical_in_flight() : 0, busy, kv, i);
+    return std::make_tuple(busy, fill ? models_[i].canonical_in_flight() : 0, kv, i);
   };
   std::size_t best = 0;
   auto best_key = key(0);

@@ -12,10 +12,12 @@
 // the other parts of a simulation that run on the same simulated clock (`dynrt bench`).
 //
 // `workers` SimModels serve as one engine, as a data-parallel deployment behind one endpoint
-// (each worker its own slots and KV pool, engines/sim/profiles.hpp). A canonical request goes
-// to the least-loaded worker; a fill (priority above 0) to the worker running the fewest
-// canonical requests, then the least loaded, so that speculation runs on other workers while
-// there are idle ones. load() reports the workers summed.
+// (each worker its own slots and KV pool, engines/sim/profiles.hpp). Every request goes to the
+// least-loaded worker; between equally loaded ones, a fill (priority above 0) prefers the one
+// running the fewest canonical requests, so that speculation runs on other workers while there
+// are idle ones. (Sending every fill to the worker with the fewest canonical requests piled
+// them onto one worker, where a compute-bound step made each run twice as long.) load()
+// reports the workers summed.
 #pragma once
 
 #include "engines/engine.hpp"

@@ -533,7 +533,7 @@ TEST(SimEngine, PendingRequestsAreErroredWhenTheEngineStops) {
 
 // Several workers behind one engine: canonical requests spread to the least-loaded worker, and
 // a fill goes to a worker with no canonical request while there is one.
-TEST(SimEngine, WorkersTakeCanonicalRequestsLeastLoadedFirstAndFillsWhereNoneRuns) {
+TEST(SimEngine, WorkersTakeRequestsLeastLoadedFirstAndFillsWhereNoCanonicalOneRunsOnATie) {
   SimEngineOptions o;
   o.time_scale = 1e12;  // simulated time stands still: nothing finishes on its own
   o.workers = 3;
@@ -557,10 +557,15 @@ TEST(SimEngine, WorkersTakeCanonicalRequestsLeastLoadedFirstAndFillsWhereNoneRun
   // A second fill: every worker runs one request now; it goes where no canonical one runs.
   submit(chat("f2", 50, false, RequestKind::fill, 1));
   EXPECT_EQ(in_flight(2), 2);
+  // A third does not pile onto that worker: it is now the busiest, and every step of a worker
+  // is shared by all it runs, fills included.
+  submit(chat("f3", 50, false, RequestKind::fill, 1));
+  EXPECT_EQ(in_flight(0), 2);
+  EXPECT_EQ(in_flight(2), 2);
   const LoadSnapshot total = engine.load();
   EXPECT_EQ(total.slots_total, 3 * 64);
   EXPECT_EQ(total.kv_total, 3 * 600000.0);
-  EXPECT_EQ(total.slots_busy + total.queued, 4);
+  EXPECT_EQ(total.slots_busy + total.queued, 5);
 }
 
 TEST(SimProfiles, DeriveTheirPoolsAndRefuseUnknownNames) {
