@@ -42,6 +42,8 @@ struct CellContext {
   std::size_t measure_to = std::numeric_limits<std::size_t>::max();
   // When each run finished (simulated seconds from the start; -1: failed), when set.
   std::vector<double>* finished_at_out = nullptr;
+  // Each run's latency (-1: failed), when set.
+  std::vector<double>* latency_out = nullptr;
 };
 
 // One cell: a fresh simulated engine and Runtime configured as the arm says, the trace driven

@@ -570,6 +570,7 @@ CellResult run_cell(const CellContext& cx) {
   res.served_cache = static_cast<double>(st.served_cache + harness_hits) * per;
   if (cx.bodies_out) *cx.bodies_out = std::move(bodies);
   if (cx.finished_at_out) *cx.finished_at_out = std::move(finished_at);
+  if (cx.latency_out) *cx.latency_out = latency;
   std::ostringstream summary;
   summary << std::fixed << std::setprecision(2) << "mean " << res.mean_s << " s";
   if (res.failures) summary << ", " << res.failures << " failed";

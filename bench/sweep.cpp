@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <iomanip>
+#include <random>
 #include <sstream>
 
 namespace dynrt::bench {
@@ -77,6 +78,78 @@ std::string fixed(double v, int digits = 2) {
   return s.str();
 }
 
+// What a cell reads of the sweep's options.
+BenchOptions cell_options(const SweepOptions& o) {
+  BenchOptions bo;
+  bo.profile = o.profile;
+  bo.interference_scale = o.interference_scale;
+  bo.templates = o.templates;
+  return bo;
+}
+
+// Every arm on one trace, the floor first: each cell's result (its ratio to the floor's set),
+// each run's latency per arm when `latencies` is given, and the progress line.
+std::vector<CellResult> run_arms(const std::vector<std::string>& arms, const BenchOptions& bo,
+                                 const Trace& t, std::size_t measure_from, std::size_t measure_to,
+                                 std::vector<std::vector<double>>* latencies, std::ostream& line) {
+  std::vector<CellResult> out;
+  Bodies floor_bodies;
+  if (latencies) latencies->assign(arms.size(), {});
+  for (std::size_t a = 0; a < arms.size(); ++a) {
+    CellContext cx;
+    cx.options = &bo;
+    cx.trace = &t;
+    cx.arm = arms[a];
+    cx.measure_from = measure_from;
+    cx.measure_to = measure_to;
+    if (latencies) cx.latency_out = &(*latencies)[a];
+    if (a == 0)
+      cx.bodies_out = &floor_bodies;
+    else
+      cx.floor_bodies = &floor_bodies;
+    CellResult c = run_cell(cx);
+    set_ratio(c, out.empty() ? c : out.front());
+    line << ' ' << arms[a] << ' ' << fixed(c.mean_s) << 's';
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// The report's first lines: the command, the profile and the seeds.
+void heading(std::ostream& md, const char* title, const SweepOptions& o) {
+  md << "# " << title << "\n\nengine profile " << o.profile;
+  if (o.interference_scale != 1.0)
+    md << " (true interference " << fixed(o.interference_scale) << "× the price curves' fit)";
+  md << ", " << o.seeds << " seed" << (o.seeds == 1 ? "" : "s") << " from " << o.first_seed << ", ";
+}
+
+// What both reports' JSON share: the options, the saturation rates, the records and points.
+template <class Point>
+json report_json(const SweepOptions& o, const std::map<std::string, Saturation>& saturation,
+                 const std::vector<SweepRecord>& records, const std::vector<Point>& points,
+                 double wall_s) {
+  json j;
+  j["profile"] = o.profile;
+  j["interference_scale"] = o.interference_scale;
+  j["requests"] = o.requests;
+  j["seeds"] = o.seeds;
+  j["first_seed"] = o.first_seed;
+  j["repeat_rate"] = o.repeat_rate;
+  j["predictability"] = o.predictability;
+  j["saturation"] = json::object();
+  for (const auto& [name, s] : saturation)
+    j["saturation"][name] = {
+        {"rate", s.rate}, {"burst_runs", s.runs}, {"middle_80_percent_s", s.window_s}};
+  j["records"] = json::array();
+  for (const auto& r : records)
+    j["records"].push_back(r.to_json());
+  j["points"] = json::array();
+  for (const auto& p : points)
+    j["points"].push_back(p.to_json());
+  j["wall_s"] = wall_s;
+  return j;
+}
+
 }  // namespace
 
 json SweepRecord::to_json() const {
@@ -124,27 +197,9 @@ json SweepPoint::to_json() const {
 }
 
 json SweepResult::to_json(const SweepOptions& o) const {
-  json j;
-  j["profile"] = o.profile;
-  j["interference_scale"] = o.interference_scale;
-  j["requests"] = o.requests;
-  j["seeds"] = o.seeds;
-  j["first_seed"] = o.first_seed;
-  j["repeat_rate"] = o.repeat_rate;
-  j["predictability"] = o.predictability;
+  json j = report_json(o, saturation, records, points, wall_s);
   j["loads"] = o.loads;
   j["trimmed"] = {{"warmup_share", kWarmupShare}, {"drain_share", kDrainShare}};
-  j["saturation"] = json::object();
-  for (const auto& [name, s] : saturation)
-    j["saturation"][name] = {
-        {"rate", s.rate}, {"burst_runs", s.runs}, {"middle_80_percent_s", s.window_s}};
-  j["records"] = json::array();
-  for (const auto& r : records)
-    j["records"].push_back(r.to_json());
-  j["points"] = json::array();
-  for (const auto& p : points)
-    j["points"].push_back(p.to_json());
-  j["wall_s"] = wall_s;
   return j;
 }
 
@@ -166,10 +221,7 @@ SweepResult run_sweep(const SweepOptions& o) {
   auto& graphs = loaded.by_workload;
   const std::vector<std::string> arms = arms_with_floor(o.arms);
 
-  BenchOptions bo;  // what a cell reads of them
-  bo.profile = o.profile;
-  bo.interference_scale = o.interference_scale;
-  bo.templates = o.templates;
+  BenchOptions bo = cell_options(o);
 
   for (const auto& name : o.workloads) {
     const dsl::TemplateGraph& g = *graphs[name];
@@ -191,27 +243,14 @@ SweepResult run_sweep(const SweepOptions& o) {
         bo.seed = seed;
         const Workload w = bench_workload(g, seed, o.requests, o.predictability, o.repeat_rate);
         Trace t{&g, &w, arrivals(seed, rate, w.runs.size()), rate};
-        Bodies floor_bodies;
-        CellResult floor;
         std::ostringstream line;
         line << name << " load " << load << " seed " << seed << ":";
+        const std::size_t n = w.runs.size();
+        const auto cells = run_arms(arms, bo, t, static_cast<std::size_t>(kWarmupShare * n),
+                                    n - static_cast<std::size_t>(kDrainShare * n), nullptr, line);
         for (std::size_t a = 0; a < arms.size(); ++a) {
-          CellContext cx;
-          cx.options = &bo;
-          cx.trace = &t;
-          cx.arm = arms[a];
-          cx.measure_from = static_cast<std::size_t>(kWarmupShare * w.runs.size());
-          cx.measure_to = w.runs.size() - static_cast<std::size_t>(kDrainShare * w.runs.size());
-          if (a == 0)
-            cx.bodies_out = &floor_bodies;
-          else
-            cx.floor_bodies = &floor_bodies;
-          CellResult c = run_cell(cx);
-          if (a == 0) floor = c;
-          set_ratio(c, floor);
-          line << ' ' << arms[a] << ' ' << fixed(c.mean_s) << 's';
-          by_arm[a].push_back(c);
-          out.records.push_back({name, o.profile, load, rate, arms[a], seed, c});
+          by_arm[a].push_back(cells[a]);
+          out.records.push_back({name, o.profile, load, rate, arms[a], seed, cells[a]});
         }
         if (o.progress) *o.progress << line.str() << '\n' << std::flush;
       }
@@ -255,11 +294,8 @@ SweepResult run_sweep(const SweepOptions& o) {
 
 std::string format_sweep(const SweepOptions& o, const SweepResult& r) {
   std::ostringstream md;
-  md << "# dynrt bench sweep\n\nengine profile " << o.profile;
-  if (o.interference_scale != 1.0)
-    md << " (true interference " << fixed(o.interference_scale) << "× the price curves' fit)";
-  md << ", " << o.seeds << " seed" << (o.seeds == 1 ? "" : "s") << " from " << o.first_seed << ", "
-     << o.requests << " runs per cell (the first " << kWarmupShare * 100 << "% and the last "
+  heading(md, "dynrt bench sweep", o);
+  md << o.requests << " runs per cell (the first " << kWarmupShare * 100 << "% and the last "
      << kDrainShare * 100 << "% left out of the latencies), exact-repeat rate " << o.repeat_rate;
   if (o.predictability != 1.0) md << ", predictability " << o.predictability;
   md << "; simulated time, latencies in simulated seconds, mean ± 1 s.d. over seeds. Ran in "
@@ -315,6 +351,177 @@ std::string format_sweep(const SweepOptions& o, const SweepResult& r) {
            << fixed(p->wasted_engine_s) << " s |";
       }
       md << '\n';
+    }
+  }
+  return md.str();
+}
+
+const std::vector<BurstyPhase>& bursty_phases() {
+  static const std::vector<BurstyPhase> phases = {
+      {"A", 0.15, -1}, {"B", 0.9, -1}, {"C", 0.9, 0.9}, {"D", 0.15, -1}};
+  return phases;
+}
+
+namespace {
+
+// The bursty trace of one seed: the workload's runs in four phases, the arrivals of each at its
+// phase's rate after the previous phase's last; phase C's runs mostly replaced by exact repeats
+// of popular ones (under ids of their own). `phase_of` gets each run's phase.
+Workload bursty_workload(const dsl::TemplateGraph& g, const SweepOptions& o, std::uint64_t seed,
+                         double saturation, std::vector<double>& arrival_s,
+                         std::vector<std::size_t>& phase_of) {
+  Workload w = bench_workload(g, seed, o.requests, o.predictability, o.repeat_rate);
+  const auto& phases = bursty_phases();
+  const std::size_t n = w.runs.size(), per = std::max<std::size_t>(1, n / phases.size());
+  std::mt19937_64 rng(seed * 7'919 + 17);
+  std::uniform_real_distribution<double> coin(0, 1);
+  arrival_s.assign(n, 0);
+  phase_of.assign(n, 0);
+  double t = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t ph = std::min(i / per, phases.size() - 1);
+    phase_of[i] = ph;
+    std::exponential_distribution<double> gap(phases[ph].load * saturation);
+    t += gap(rng);
+    arrival_s[i] = t;
+    if (phases[ph].repeat_share > 0 && !w.popular.empty() && coin(rng) < phases[ph].repeat_share) {
+      const std::size_t k =
+          static_cast<std::size_t>(coin(rng) * coin(rng) * static_cast<double>(w.popular.size()));
+      Run r = w.popular[std::min(k, w.popular.size() - 1)];
+      r.workflow_id = w.runs[i].workflow_id + "-c";
+      r.popular = static_cast<int>(k);
+      r.think_s = w.runs[i].think_s;
+      w.runs[i] = std::move(r);
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
+json BurstyPoint::to_json() const {
+  return {{"workload", workload},
+          {"arm", arm},
+          {"seeds", seeds},
+          {"mean_s", mean_s},
+          {"sd_s", sd_s},
+          {"phase_mean_s", phase_mean_s},
+          {"fills_issued", fills_issued},
+          {"wasted_engine_s", wasted_engine_s},
+          {"accuracy", accuracy},
+          {"failures", failures}};
+}
+
+json BurstyResult::to_json(const SweepOptions& o) const {
+  json j = report_json(o, saturation, records, points, wall_s);
+  j["phases"] = json::array();
+  for (const auto& p : bursty_phases())
+    j["phases"].push_back({{"name", p.name}, {"load", p.load}, {"repeat_share", p.repeat_share}});
+  return j;
+}
+
+BurstyResult run_bursty(const SweepOptions& o) {
+  BurstyResult out;
+  const auto wall_start = std::chrono::steady_clock::now();
+  Graphs loaded = load_graphs(o.templates, o.workloads, o.profile);
+  if (!loaded.error.empty()) {
+    out.error = loaded.error;
+    return out;
+  }
+  const std::vector<std::string> arms = arms_with_floor(o.arms);
+  BenchOptions bo = cell_options(o);
+  const std::size_t phases = bursty_phases().size();
+  for (const auto& name : o.workloads) {
+    const dsl::TemplateGraph& g = *loaded.by_workload[name];
+    const Saturation sat = find_saturation(o, bo, g);
+    out.saturation[name] = sat;
+    if (sat.rate <= 0) {
+      out.error = name + ": the floor's saturation rate could not be measured";
+      return out;
+    }
+    std::vector<std::vector<CellResult>> cells(arms.size());
+    std::vector<std::vector<std::vector<double>>> phase_means(arms.size());
+    for (std::size_t k = 0; k < o.seeds; ++k) {
+      const std::uint64_t seed = o.first_seed + k;
+      bo.seed = seed;
+      std::vector<double> at;
+      std::vector<std::size_t> phase_of;
+      const Workload w = bursty_workload(g, o, seed, sat.rate, at, phase_of);
+      Trace t{&g, &w, at, 0};
+      std::ostringstream line;
+      line << name << " bursty seed " << seed << ":";
+      std::vector<std::vector<double>> latency;
+      const auto arm_cells = run_arms(arms, bo, t, 0, w.runs.size(), &latency, line);
+      for (std::size_t a = 0; a < arms.size(); ++a) {
+        std::vector<std::vector<double>> by_phase(phases);
+        for (std::size_t i = 0; i < latency[a].size(); ++i)
+          if (latency[a][i] >= 0) by_phase[phase_of[i]].push_back(latency[a][i]);
+        std::vector<double> means;
+        for (const auto& v : by_phase)
+          means.push_back(mean(v));
+        phase_means[a].push_back(means);
+        cells[a].push_back(arm_cells[a]);
+        out.records.push_back({name, o.profile, -1, 0, arms[a], seed, arm_cells[a]});
+      }
+      if (o.progress) *o.progress << line.str() << '\n' << std::flush;
+    }
+    for (std::size_t a = 0; a < arms.size(); ++a) {
+      BurstyPoint p;
+      p.workload = name;
+      p.arm = arms[a];
+      p.seeds = cells[a].size();
+      std::vector<double> means, issued, wasted;
+      for (const auto& c : cells[a]) {
+        means.push_back(c.mean_s);
+        issued.push_back(c.fills_issued);
+        wasted.push_back(c.wasted_engine_s);
+        p.accuracy = std::min(p.accuracy, c.accuracy);
+        p.failures += c.failures;
+      }
+      p.mean_s = mean(means);
+      p.sd_s = sample_sd(means);
+      p.fills_issued = mean(issued);
+      p.wasted_engine_s = mean(wasted);
+      for (std::size_t ph = 0; ph < phases; ++ph) {
+        std::vector<double> v;
+        for (const auto& seed_means : phase_means[a])
+          v.push_back(seed_means[ph]);
+        p.phase_mean_s.push_back(mean(v));
+      }
+      out.points.push_back(p);
+    }
+  }
+  out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  return out;
+}
+
+std::string format_bursty(const SweepOptions& o, const BurstyResult& r) {
+  std::ostringstream md;
+  heading(md, "dynrt bench bursty", o);
+  md << o.requests << " runs per trace in four phases:";
+  for (const auto& p : bursty_phases()) {
+    md << ' ' << p.name << " at " << p.load << "× saturation";
+    if (p.repeat_share > 0) md << " (" << p.repeat_share * 100 << "% exact repeats)";
+    md << (p.name == "D" ? "." : ",");
+  }
+  md << " Mean latency over the whole trace ± 1 s.d. over seeds; ran in " << fixed(r.wall_s, 1)
+     << " s.\n";
+  for (const auto& [name, sat] : r.saturation) {
+    md << "\n## " << name << " (saturation " << fixed(sat.rate)
+       << " runs/s)\n\n| arm | mean s | × floor | A | B | C | D | fills / run | wasted engine-s / "
+          "run | accuracy |\n|---|---|---|---|---|---|---|---|---|---|\n";
+    const BurstyPoint* floor = nullptr;
+    for (const auto& p : r.points)
+      if (p.workload == name && p.arm == "floor") floor = &p;
+    for (const auto& p : r.points) {
+      if (p.workload != name) continue;
+      md << "| " << p.arm << " | " << fixed(p.mean_s) << " ± " << fixed(p.sd_s) << " | "
+         << (floor && floor->mean_s > 0 ? fixed(p.mean_s / floor->mean_s, 3) : "–") << " |";
+      for (const double m : p.phase_mean_s)
+        md << ' ' << fixed(m) << " |";
+      md << ' ' << fixed(p.fills_issued) << " | " << fixed(p.wasted_engine_s) << " | "
+         << fixed(p.accuracy, 3)
+         << (p.failures ? ", " + std::to_string(p.failures) + " failed" : "") << " |\n";
     }
   }
   return md.str();

@@ -95,6 +95,44 @@ SweepResult run_sweep(const SweepOptions& options);
 // The Markdown report: per workload, the saturation rate and a table of load against arm.
 std::string format_sweep(const SweepOptions& options, const SweepResult& result);
 
+// `dynrt bench bursty` (the paper's Figure 15): one trace of four phases with as many runs each,
+// A quiet (kBurstyLoads[0] of the saturation rate), B a burst, C the burst's rate with most
+// runs exact repeats of popular ones (reuse-heavy), D quiet again (recovery). Every arm replays
+// the same trace, per seed; the whole trace's mean latency is compared (the loads option is
+// unused).
+struct BurstyPhase {
+  std::string name;  // A B C D
+  double load = 0;
+  double repeat_share = 0;  // of its runs, exact repeats
+};
+const std::vector<BurstyPhase>& bursty_phases();
+
+struct BurstyPoint {  // one (workload, arm) over the seeds
+  std::string workload;
+  std::string arm;
+  std::size_t seeds = 0;
+  double mean_s = 0;
+  double sd_s = 0;
+  std::vector<double> phase_mean_s;  // per phase, over seeds
+  double fills_issued = 0;
+  double wasted_engine_s = 0;
+  double accuracy = 1;
+  std::size_t failures = 0;
+  nlohmann::json to_json() const;
+};
+
+struct BurstyResult {
+  std::map<std::string, Saturation> saturation;
+  std::vector<SweepRecord> records;  // load: -1 (the whole trace)
+  std::vector<BurstyPoint> points;
+  double wall_s = 0;
+  std::string error;
+  nlohmann::json to_json(const SweepOptions& options) const;
+};
+
+BurstyResult run_bursty(const SweepOptions& options);
+std::string format_bursty(const SweepOptions& options, const BurstyResult& result);
+
 // The point of `arm` at `load` for `workload`, if it ran.
 const SweepPoint* find_point(const SweepResult& result, const std::string& workload, double load,
                              const std::string& arm);

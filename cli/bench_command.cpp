@@ -145,8 +145,9 @@ void add_open_loop(CLI::App& bench, const std::string& which, const std::string&
 
 struct SweepCli {
   bench::SweepOptions options;
+  std::string kind;  // sweep or bursty
   std::string which;
-  std::string out_dir = "bench-sweep";
+  std::string out_dir = "bench-results";
   bool no_plots = false;
   bool quiet = false;
   bool unpredictable = false;
@@ -162,14 +163,14 @@ int run_sweep(SweepCli& cli) {
   } else if (std::find(names.begin(), names.end(), cli.which) != names.end()) {
     o.workloads = {cli.which};
   } else {
-    std::cerr << "dynrt bench sweep: unknown workload \"" << cli.which
+    std::cerr << "dynrt bench " << cli.kind << ": unknown workload \"" << cli.which
               << "\"; workloads are routing react subagent hci, or all\n";
     return kExitUsage;
   }
   for (const auto& a : o.arms)
     if (std::find(bench::bench_arms().begin(), bench::bench_arms().end(), a) ==
         bench::bench_arms().end()) {
-      std::cerr << "dynrt bench sweep: unknown arm \"" << a << "\"\n";
+      std::cerr << "dynrt bench " << cli.kind << ": unknown arm \"" << a << "\"\n";
       return kExitUsage;
     }
   for (const double u : o.loads)
@@ -186,47 +187,76 @@ int run_sweep(SweepCli& cli) {
   std::error_code ec;
   fs::create_directories(cli.out_dir, ec);
   if (ec) {
-    std::cerr << "dynrt bench sweep: cannot create " << cli.out_dir << ": " << ec.message() << "\n";
+    std::cerr << "dynrt bench " << cli.kind << ": cannot create " << cli.out_dir << ": "
+              << ec.message() << "\n";
     return kExitUsage;
   }
-  const bench::SweepResult result = bench::run_sweep(o);
-  if (!result.error.empty()) {
-    std::cerr << "dynrt bench sweep: " << result.error << "\n";
+  const std::string who = "dynrt bench " + cli.kind;
+  std::string md, error;
+  nlohmann::json doc;
+  std::size_t failures = 0;
+  if (cli.kind == "bursty") {
+    const bench::BurstyResult result = bench::run_bursty(o);
+    error = result.error;
+    md = bench::format_bursty(o, result);
+    doc = result.to_json(o);
+    for (const auto& p : result.points)
+      failures += p.failures;
+  } else {
+    const bench::SweepResult result = bench::run_sweep(o);
+    error = result.error;
+    md = bench::format_sweep(o, result);
+    doc = result.to_json(o);
+    for (const auto& p : result.points)
+      failures += p.failures;
+  }
+  if (!error.empty()) {
+    std::cerr << who << ": " << error << "\n";
     return kExitUsage;
   }
-  const std::string md = bench::format_sweep(o, result);
   std::cout << md;
   const fs::path dir = cli.out_dir;
   std::ofstream(dir / "results.md") << md;
-  std::ofstream(dir / "results.json") << result.to_json(o).dump(2) << "\n";
-  std::cerr << "dynrt bench sweep: wrote " << (dir / "results.md").string() << " and "
+  std::ofstream(dir / "results.json") << doc.dump(2) << "\n";
+  std::cerr << who << ": wrote " << (dir / "results.md").string() << " and "
             << (dir / "results.json").string() << "\n";
-  if (!cli.no_plots) plot(cli.plot_script, dir, "dynrt bench sweep");
-  std::size_t failures = 0;
-  for (const auto& p : result.points)
-    failures += p.failures;
+  if (!cli.no_plots) plot(cli.plot_script, dir, who.c_str());
   return failures == 0 ? kExitOk : kExitFindings;
 }
 
-void add_sweep(CLI::App& bench, std::function<int()>& run) {
+void add_sweep(CLI::App& bench, const std::string& kind, std::function<int()>& run) {
   auto cli = std::make_shared<SweepCli>();
-  CLI::App* cmd = bench.add_subcommand(
-      "sweep", "Latency against load: every arm at fractions of the floor's saturation rate");
-  cmd->footer(
-      "Finds the rate at which the floor saturates the simulated engine for each workload (a\n"
-      "burst of runs arriving at once), then runs every arm at each load (a fraction of that\n"
-      "rate) for each seed, in simulated time. Writes OUT/results.md (per workload: the\n"
-      "saturation rate, mean latency ± 1 s.d. over seeds per load and arm, fills and wasted\n"
-      "engine time), OUT/results.json (one record per cell: workload, profile, load, rate, arm,\n"
-      "seed, mean_s, p99_s, accuracy, fills_issued, fills_consumed, wasted_engine_s, ...; and\n"
-      "the points over seeds) and OUT/plots/*.png. See docs/benchmarks.md.");
+  cli->kind = kind;
+  CLI::App* cmd = nullptr;
+  if (kind == "sweep") {
+    cmd = bench.add_subcommand(
+        "sweep", "Latency against load: every arm at fractions of the floor's saturation rate");
+    cmd->footer(
+        "Finds the rate at which the floor saturates the simulated engine for each workload (a\n"
+        "burst of runs arriving at once), then runs every arm at each load (a fraction of that\n"
+        "rate) for each seed, in simulated time. Writes OUT/results.md (per workload: the\n"
+        "saturation rate, mean latency ± 1 s.d. over seeds per load and arm, fills and wasted\n"
+        "engine time), OUT/results.json (one record per cell: workload, profile, load, rate,\n"
+        "arm, seed, mean_s, p99_s, accuracy, fills_issued, fills_consumed, wasted_engine_s, ...;\n"
+        "and the points over seeds) and OUT/plots/*.png. See docs/benchmarks.md.");
+  } else {
+    cmd = bench.add_subcommand(
+        "bursty", "A trace of quiet, burst, reuse-heavy and recovery phases (paper Figure 15)");
+    cmd->footer(
+        "Finds the floor's saturation rate for each workload, then replays one trace of four\n"
+        "phases with as many runs each (A at 0.15 of saturation, B at 0.9, C at 0.9 with 90%\n"
+        "exact repeats, D at 0.15) through every arm, per seed, in simulated time. Writes\n"
+        "OUT/results.md (mean latency per arm over the whole trace and per phase) and\n"
+        "OUT/results.json. See docs/benchmarks.md.");
+  }
   cmd->add_option("workload", cli->which, "routing, react, subagent, hci or all")->required();
   cmd->add_option("--profile", cli->options.profile,
                   "Simulated engine profile (" + engines::sim::sim_profile_names() + ")")
       ->capture_default_str();
-  cmd->add_option("--loads", cli->options.loads, "Loads, as fractions of the saturation rate")
-      ->delimiter(',')
-      ->capture_default_str();
+  if (kind == "sweep")
+    cmd->add_option("--loads", cli->options.loads, "Loads, as fractions of the saturation rate")
+        ->delimiter(',')
+        ->capture_default_str();
   cmd->add_option("--seeds", cli->options.seeds, "Seeds per cell (1, 2, ... from --seed)")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
@@ -251,7 +281,7 @@ void add_sweep(CLI::App& bench, std::function<int()>& run) {
   cmd->add_flag("--no-plots", cli->no_plots, "Do not draw the PNG plots");
   cmd->add_option("--plot-script", cli->plot_script, "bench/plot.py to draw with")
       ->capture_default_str();
-  cmd->add_flag("--quiet", cli->quiet, "No progress on stderr (one line per load and seed)");
+  cmd->add_flag("--quiet", cli->quiet, "No progress on stderr (one line per trace and seed)");
   cmd->callback([cli, &run] { run = [cli] { return run_sweep(*cli); }; });
 }
 
@@ -267,7 +297,8 @@ void add_bench_commands(CLI::App& app, std::function<int()>& run) {
   add_open_loop(*bench, "react", "The ReAct workload (think -> retrieve -> read per hop)", run);
   add_open_loop(*bench, "subagent", "The Sub-Agent workload (plan -> research -> summarize)", run);
   add_open_loop(*bench, "hci", "The HCI workload (offer -> user pick -> act)", run);
-  add_sweep(*bench, run);
+  add_sweep(*bench, "sweep", run);
+  add_sweep(*bench, "bursty", run);
 
   auto replay = std::make_shared<bench::AdmissionReplayOptions>();
   CLI::App* admission = bench->add_subcommand(

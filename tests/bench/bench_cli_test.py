@@ -73,6 +73,44 @@ with tempfile.TemporaryDirectory() as tmp:
     check(any(rec["arm"] == "full" and rec["fills_issued_per_request"] > 0
               for rec in figures(again)), "full issues fills in the repeated run")
 
+    # The load sweep and the bursty trace, small: the documented record fields, a measured
+    # saturation rate, every run answered like the floor.
+    sweep_out = os.path.join(tmp, "sweep")
+    r = bench("sweep", "routing", "--seeds", "2", "--loads", "0.1,0.6", "--requests", "40",
+              "--arms", "full,always", "--quiet", "--no-plots", "--out", sweep_out)
+    check(r.returncode == 0, "bench sweep exits 0 (stderr: %s)" % r.stderr[-400:])
+    with open(os.path.join(sweep_out, "results.json")) as f:
+        doc = json.load(f)
+    sweep_fields = ["workload", "profile", "load", "rate", "arm", "seed", "mean_s", "p99_s",
+                    "accuracy", "fills_issued", "fills_consumed", "wasted_engine_s"]
+    check(len(doc["records"]) == 2 * 2 * 3, "one record per load, seed and arm")
+    for rec in doc["records"]:
+        missing = [k for k in sweep_fields if k not in rec]
+        check(not missing, "sweep record %s/%s has every field (missing %s)" %
+              (rec["arm"], rec["load"], missing))
+        check(rec["accuracy"] == 1.0 and rec["failures"] == 0,
+              "sweep %s at %s answers like the floor" % (rec["arm"], rec["load"]))
+    sat = doc["saturation"]["routing"]["rate"]
+    check(sat > 0, "the floor's saturation rate is measured (%s runs/s)" % sat)
+    check(all(abs(rec["rate"] - rec["load"] * sat) < 1e-9 for rec in doc["records"]),
+          "each rate is its load times the saturation rate")
+    check(doc["profile"] == "h200x4-32b" and len(doc["points"]) == 2 * 3,
+          "the sweep runs the paper's testbed by default and reports a point per load and arm")
+    bursty_out = os.path.join(tmp, "bursty")
+    r = bench("bursty", "hci", "--seeds", "1", "--requests", "40", "--arms", "full",
+              "--quiet", "--no-plots", "--out", bursty_out)
+    check(r.returncode == 0, "bench bursty exits 0 (stderr: %s)" % r.stderr[-400:])
+    with open(os.path.join(bursty_out, "results.json")) as f:
+        doc = json.load(f)
+    check([p["name"] for p in doc["phases"]] == ["A", "B", "C", "D"] and
+          all(len(p["phase_mean_s"]) == 4 for p in doc["points"]),
+          "the bursty trace reports its four phases")
+    r = bench("sweep", "routing", "--loads", "0", "--out", os.path.join(tmp, "bad"))
+    check(r.returncode == 2 and "fraction of the saturation rate" in r.stderr,
+          "a load of 0 is refused: %r" % r.stderr[-200:])
+    r = bench("sweep", "nosuch", "--out", os.path.join(tmp, "bad"))
+    check(r.returncode == 2 and "unknown workload" in r.stderr, "an unknown workload is refused")
+
     # Bad options: exit 2, a specific message, nothing run.
     r = bench("routing", "--arms", "floor,warp-drive", "--out", os.path.join(tmp, "bad"))
     check(r.returncode == 2 and "unknown arm \"warp-drive\"" in r.stderr,
