@@ -23,6 +23,12 @@ Outputs, written into OUT_DIR (created if needed), one line "wrote PATH" each on
   fig9a.png  the fan-out sweep: mean latency against k, with consumed and wasted
              speculative engine-seconds per request as stacked bars on a second axis.
   fig10a.png the repeat sweep: speedup over the floor against the repeat rate.
+For the results.json of `dynrt bench sweep` (it has "points": one per workload, load and
+arm, with "mean_s", "sd_s", "ratio_to_floor" and "wasted_engine_s"), instead:
+  sweep-latency.png  per workload, latency / floor against load, one line per arm, with
+                     error bars of one standard deviation over seeds (paper Figure 14);
+  sweep-wasted.png   per workload, engine-seconds of unconsumed fills per run against load
+                     (paper Figure 9a's discarded work).
 A figure whose data is absent from the input is skipped without a message.
 
 Exit status: 0 on success (also when no figure had data: then a note on stderr), 2 for a
@@ -412,7 +418,69 @@ def plot_fig10a(plt, data, out_dir):
 
 # ----------------------------------------------------------------------------- main
 
-FIGURES = (plot_fig8, plot_fig14, plot_fig9a, plot_fig10a)
+# ----------------------------------------------------------------------------- load sweep
+
+def sweep_points(data):
+    """The points of `dynrt bench sweep` (one per workload, load and arm), or []."""
+    points = data.get("points", [])
+    if not isinstance(points, list):
+        return []
+    return [p for p in points if isinstance(p, dict) and isinstance(p.get("workload"), str)
+            and isinstance(p.get("arm"), str) and is_number(p.get("load"))]
+
+
+def plot_sweep(plt, data, out_dir, key, ylabel, name, with_floor):
+    """Per workload, `key` of each arm against load (error bars: sd_s where there is one)."""
+    points = sweep_points(data)
+    if not points:
+        return None
+    workloads = ordered((p["workload"] for p in points), WORKLOAD_ORDER)
+    arms = ordered((p["arm"] for p in points), ARM_ORDER)
+    if not with_floor:
+        arms = [a for a in arms if a != "floor"]
+    fig, axes = new_figure(plt, len(workloads), width=4.4, height=3.6)
+    handles = {}
+    for ax, workload in zip(axes, workloads):
+        for i, arm in enumerate(arms):
+            rows = sorted((p for p in points if p["workload"] == workload and p["arm"] == arm),
+                          key=lambda p: p["load"])
+            xs = [p["load"] for p in rows if num(p, key) is not None]
+            ys = [num(p, key) for p in rows if num(p, key) is not None]
+            if not xs:
+                continue
+            style = {"color": "black", "linestyle": "--"} if arm == "floor" else {
+                "color": arm_colour(arm, i)}
+            sd = None
+            if key == "ratio_to_floor":
+                sd = [num(p, "sd_s") / num(p, "mean_s") * num(p, key)
+                      if num(p, "sd_s") and num(p, "mean_s") else 0 for p in rows
+                      if num(p, key) is not None]
+            handles[arm] = ax.errorbar(xs, ys, yerr=sd, marker="o", markersize=3, capsize=2,
+                                       linewidth=1.2, **style)
+        ax.set_title(workload)
+        ax.set_xlabel("load (share of the floor's saturation rate)")
+        if ax.get_subplotspec().is_first_col():
+            ax.set_ylabel(ylabel)
+    shown = [a for a in arms if a in handles]
+    legend_below(fig, [handles[a] for a in shown], [ARM_LABELS.get(a, a) for a in shown])
+    return save(plt, fig, out_dir, name)
+
+
+def plot_sweep_latency(plt, data, out_dir):
+    return plot_sweep(plt, data, out_dir, "ratio_to_floor", "latency / no-reuse floor",
+                      "sweep-latency.png", True)
+
+
+def plot_sweep_wasted(plt, data, out_dir):
+    return plot_sweep(plt, data, out_dir, "wasted_engine_s", "wasted engine-s per run",
+                      "sweep-wasted.png", False)
+
+
+def figures(data):
+    """A sweep's figures for `dynrt bench sweep` (or `bursty`) output, else the bench's."""
+    if "points" in data:
+        return (plot_sweep_latency, plot_sweep_wasted)
+    return (plot_fig8, plot_fig14, plot_fig9a, plot_fig10a)
 
 
 def parse_args(argv):
@@ -450,7 +518,7 @@ def main(argv=None):
         print(NO_MATPLOTLIB, file=sys.stderr)
         return EXIT_NO_MATPLOTLIB
     os.makedirs(args.out_dir, exist_ok=True)
-    written = [path for figure in FIGURES if (path := figure(plt, data, args.out_dir))]
+    written = [path for figure in figures(data) if (path := figure(plt, data, args.out_dir))]
     if not written:
         print(f"plot.py: {args.results} holds no plottable data; no plots written",
               file=sys.stderr)

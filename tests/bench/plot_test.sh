@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/plot.py as a process: the fixture gives the four figures as PNG files, a run without
-# sweeps gives only the figures from records, bad input exits 2 and writes nothing, and a
+# sweeps gives only the figures from records, a load sweep's results give its two figures,
+# bad input exits 2 and writes nothing, and a
 # missing matplotlib exits 3. Skipped (77) where /usr/bin/python3 has no matplotlib.
 set -u
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -56,6 +57,10 @@ d = json.load(open(sys.argv[1])); del d["sweeps"]; json.dump(d, open(sys.argv[2]
   "$fixture" "$tmp/records_only.json"
 run "no sweeps" 0 "$tmp/records_only.json" "$tmp/records_only"
 expect_figures "no sweeps" "$tmp/records_only" fig8 fig14
+
+# `dynrt bench sweep` output: its two figures, and not the per-rate bench figures.
+run "sweep figures" 0 "$root/tests/bench/plot_sweep_fixture.json" "$tmp/sweep"
+expect_figures "sweep figures" "$tmp/sweep" sweep-latency sweep-wasted
 
 printf '{"records": [' >"$tmp/bad.json"
 run "bad json" 2 "$tmp/bad.json" "$tmp/bad"
