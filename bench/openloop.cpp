@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -44,6 +45,13 @@ const std::vector<std::string>& bench_arms() {
   return a;
 }
 
+const std::vector<std::string>& ablation_arms() {
+  static const std::vector<std::string> a = {
+      "floor", "full",   "priced-generation", "priced-fills", "always", "p=0.3", "p=0.5", "p=0.7",
+      "p=0.9", "p=0.999"};
+  return a;
+}
+
 std::vector<double> default_rates(const std::string& workload) {
   if (workload == "hci") return {0.3, 0.8};
   return {0.12, 0.8};
@@ -62,6 +70,7 @@ struct Arm {
   int fill_depth = 0;
   bool private_fills = false;
   admission::AdmissionPolicy policy = admission::AdmissionPolicy::priced;
+  double fixed_threshold = 0.5;  // threshold policies: the p a candidate needs
   HarnessCache cache = HarnessCache::none;
 };
 
@@ -74,6 +83,16 @@ Arm arm_of(const std::string& name) {
   if (name == "always") a.policy = admission::AdmissionPolicy::always;
   if (name == "instcache") a.cache = HarnessCache::whole_request;
   if (name == "helium+") a.cache = HarnessCache::per_stage;
+  // The ablation's arms: full dynrt with one gate priced and the other open, or with a fixed
+  // threshold in place of Action 1 and Action 0 open ("p=0.9").
+  if (name == "priced-generation" || name == "priced-fills" || name.rfind("p=", 0) == 0)
+    a.reuse = a.fills = true;
+  if (name == "priced-generation") a.policy = admission::AdmissionPolicy::priced_generation;
+  if (name == "priced-fills") a.policy = admission::AdmissionPolicy::priced_fills;
+  if (name.rfind("p=", 0) == 0) {
+    a.policy = admission::AdmissionPolicy::threshold;
+    a.fixed_threshold = std::strtod(name.c_str() + 2, nullptr);
+  }
   if (name == "spagent") {
     a.fills = a.private_fills = true;
     a.fanout = 1;  // the next action only
@@ -368,6 +387,7 @@ CellResult run_cell(const CellContext& cx) {
   cfg.fill_depth = arm.fill_depth;
   cfg.private_fills = arm.private_fills;
   cfg.admission.policy = arm.policy;
+  cfg.admission.fixed_threshold = arm.fixed_threshold;
   cfg.admission.seed = o.seed;
   // Every time rule runs in simulated time as configured: the envelope's 5 s horizon, the
   // 30 s settle deadline, the templates' wait_ms and ttl_s.

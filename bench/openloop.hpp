@@ -35,6 +35,11 @@ namespace dynrt::bench {
 
 const std::vector<std::string>& bench_workloads();  // routing react subagent hci
 const std::vector<std::string>& bench_arms();       // floor c1-only ... always
+// The two-level ablation's arms (`dynrt bench ablation`, the paper's Figure 13): full (both
+// gates priced), priced-generation (Action 1 admits all), priced-fills (Action 0 open), always
+// (both open), and p=X (Action 0 open, Action 1 a fixed threshold X on the predictor's
+// confidence). Any p=X is accepted as an arm.
+const std::vector<std::string>& ablation_arms();
 // The default arrival rates (req/s): 0.12 and 0.8, HCI 0.3 and 0.8.
 std::vector<double> default_rates(const std::string& workload);
 

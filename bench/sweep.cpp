@@ -294,7 +294,7 @@ SweepResult run_sweep(const SweepOptions& o) {
 
 std::string format_sweep(const SweepOptions& o, const SweepResult& r) {
   std::ostringstream md;
-  heading(md, "dynrt bench sweep", o);
+  heading(md, ("dynrt bench " + o.command).c_str(), o);
   md << o.requests << " runs per cell (the first " << kWarmupShare * 100 << "% and the last "
      << kDrainShare * 100 << "% left out of the latencies), exact-repeat rate " << o.repeat_rate;
   if (o.predictability != 1.0) md << ", predictability " << o.predictability;
@@ -351,6 +351,21 @@ std::string format_sweep(const SweepOptions& o, const SweepResult& r) {
            << fixed(p->wasted_engine_s) << " s |";
       }
       md << '\n';
+    }
+    // Priced against open: how many fewer fills both gates priced issue, at what latency.
+    bool any = false;
+    for (const double load : o.loads) {
+      const SweepPoint* full = find_point(r, name, load, "full");
+      const SweepPoint* open = find_point(r, name, load, "always");
+      if (!full || !open || open->mean_s <= 0) continue;
+      if (!any) md << "\nBoth gates priced (full) against both open (always):\n\n";
+      any = true;
+      md << "- load " << load << ": " << fixed(full->fills_issued) << " against "
+         << fixed(open->fills_issued) << " fills per run ("
+         << (full->fills_issued > 0 ? fixed(open->fills_issued / full->fills_issued, 1) + "×"
+                                    : std::string("all"))
+         << " fewer), mean latency " << (full->mean_s >= open->mean_s ? "+" : "")
+         << fixed(100 * (full->mean_s / open->mean_s - 1), 1) << "%\n";
     }
   }
   return md.str();

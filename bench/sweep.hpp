@@ -40,6 +40,7 @@ struct SweepOptions {
   double predictability = 1.0;
   std::string templates = "templates";
   std::ostream* progress = nullptr;  // one line per finished (workload, load, seed)
+  std::string command = "sweep";     // the report's title: sweep or ablation
 };
 
 // How the floor's saturation rate of one workload was found.

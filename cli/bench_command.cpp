@@ -167,12 +167,22 @@ int run_sweep(SweepCli& cli) {
               << "\"; workloads are routing react subagent hci, or all\n";
     return kExitUsage;
   }
-  for (const auto& a : o.arms)
-    if (std::find(bench::bench_arms().begin(), bench::bench_arms().end(), a) ==
-        bench::bench_arms().end()) {
-      std::cerr << "dynrt bench " << cli.kind << ": unknown arm \"" << a << "\"\n";
-      return kExitUsage;
+  o.command = cli.kind;
+  if (cli.kind == "ablation" && o.arms.empty()) o.arms = bench::ablation_arms();
+  for (const auto& a : o.arms) {
+    const auto& known = cli.kind == "ablation" ? bench::ablation_arms() : bench::bench_arms();
+    if (std::find(known.begin(), known.end(), a) != known.end()) continue;
+    if (cli.kind == "ablation" && a.rfind("p=", 0) == 0) {
+      char* end = nullptr;
+      const double p = std::strtod(a.c_str() + 2, &end);
+      if (end && *end == '\0' && end != a.c_str() + 2 && p > 0 && p <= 1) continue;
     }
+    std::cerr << "dynrt bench " << cli.kind << ": unknown arm \"" << a << "\"; arms are";
+    for (const auto& k : known)
+      std::cerr << ' ' << k;
+    std::cerr << (cli.kind == "ablation" ? " (or any p=X with 0 < X <= 1)" : "") << "\n";
+    return kExitUsage;
+  }
   for (const double u : o.loads)
     if (!(u > 0 && u <= 2)) {
       std::cerr << "dynrt bench sweep: a load is a fraction of the saturation rate, in (0, 2]; got "
@@ -239,6 +249,17 @@ void add_sweep(CLI::App& bench, const std::string& kind, std::function<int()>& r
         "engine time), OUT/results.json (one record per cell: workload, profile, load, rate,\n"
         "arm, seed, mean_s, p99_s, accuracy, fills_issued, fills_consumed, wasted_engine_s, ...;\n"
         "and the points over seeds) and OUT/plots/*.png. See docs/benchmarks.md.");
+  } else if (kind == "ablation") {
+    cmd = bench.add_subcommand(
+        "ablation", "The two admission gates priced or open, and fixed thresholds (Figure 13)");
+    cmd->footer(
+        "The load sweep with the ablation's arms, by default at 0.1 and 0.7 of the floor's\n"
+        "saturation rate: full (both gates priced), priced-generation (Action 0 priced, Action 1\n"
+        "admits every candidate the budgets allow), priced-fills (Action 0 open, Action 1\n"
+        "priced), always (both open), and p=0.3 ... p=0.999 (Action 0 open, Action 1 a fixed\n"
+        "threshold on the predictor's confidence). Reports fills issued against latency. The\n"
+        "paper's ablation runs ReAct. Writes OUT/results.md and OUT/results.json.");
+    cli->options.loads = {0.1, 0.7};
   } else {
     cmd = bench.add_subcommand(
         "bursty", "A trace of quiet, burst, reuse-heavy and recovery phases (paper Figure 15)");
@@ -253,7 +274,7 @@ void add_sweep(CLI::App& bench, const std::string& kind, std::function<int()>& r
   cmd->add_option("--profile", cli->options.profile,
                   "Simulated engine profile (" + engines::sim::sim_profile_names() + ")")
       ->capture_default_str();
-  if (kind == "sweep")
+  if (kind != "bursty")
     cmd->add_option("--loads", cli->options.loads, "Loads, as fractions of the saturation rate")
         ->delimiter(',')
         ->capture_default_str();
@@ -299,6 +320,7 @@ void add_bench_commands(CLI::App& app, std::function<int()>& run) {
   add_open_loop(*bench, "hci", "The HCI workload (offer -> user pick -> act)", run);
   add_sweep(*bench, "sweep", run);
   add_sweep(*bench, "bursty", run);
+  add_sweep(*bench, "ablation", run);
 
   auto replay = std::make_shared<bench::AdmissionReplayOptions>();
   CLI::App* admission = bench->add_subcommand(

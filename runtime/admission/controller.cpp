@@ -16,13 +16,18 @@ std::string_view to_string(AdmissionPolicy p) {
       return "always";
     case AdmissionPolicy::fixed_load:
       return "static";
+    case AdmissionPolicy::priced_generation:
+      return "priced-generation";
+    case AdmissionPolicy::priced_fills:
+      return "priced-fills";
   }
   return "priced";
 }
 
 std::optional<AdmissionPolicy> admission_policy_from(std::string_view name) {
   for (const auto p : {AdmissionPolicy::priced, AdmissionPolicy::threshold, AdmissionPolicy::always,
-                       AdmissionPolicy::fixed_load})
+                       AdmissionPolicy::fixed_load, AdmissionPolicy::priced_generation,
+                       AdmissionPolicy::priced_fills})
     if (to_string(p) == name) return p;
   return std::nullopt;
 }
@@ -90,7 +95,9 @@ GenerationDecision Controller::open_branch(BranchId branch, const Hash128& coord
                                    kv_reserved_ / config_.prices.kv_budget});
   const int n = c.model.samples();
   const int n0 = config_.cold_trials;
-  if (config_.policy != AdmissionPolicy::priced) {
+  const bool priced_gate = config_.policy == AdmissionPolicy::priced ||
+                           config_.policy == AdmissionPolicy::priced_generation;
+  if (!priced_gate) {
     // Fixed policies: open unless the static rule's load limits are exceeded.
     if (config_.policy == AdmissionPolicy::fixed_load &&
         (rho_ > config_.static_max_rho || backlog_ > config_.static_max_backlog)) {
@@ -200,7 +207,8 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
   // the fills, and a class closed because its fills failed could never see them pay.
   hooks.audit = [&] { return std::exchange(b->audit, false) || uniform() < config_.fill_audit; };
   std::vector<Step> steps;
-  if (config_.policy == AdmissionPolicy::priced) {
+  if (config_.policy == AdmissionPolicy::priced ||
+      config_.policy == AdmissionPolicy::priced_fills) {
     steps = admit_fills(priced, out.view, curves_, budget, hooks);
   } else {
     // Fixed policies: in rank order, every candidate (always) or those whose p reaches the
@@ -208,9 +216,9 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
     // The confidence a fixed threshold is compared with is the predictor's alone (the
     // selection posterior's upper quantile), as speculative agents score their next action.
     for (std::size_t i = 0; i < priced.size() && budget.fills > 0; ++i) {
-      if (config_.policy != AdmissionPolicy::always &&
-          c.selection.upper(candidates[i].rank) < config_.fixed_threshold)
-        continue;
+      const bool all = config_.policy == AdmissionPolicy::always ||
+                       config_.policy == AdmissionPolicy::priced_generation;
+      if (!all && c.selection.upper(candidates[i].rank) < config_.fixed_threshold) continue;
       if (!feasible(budget, priced[i].footprint) || !hooks.reserve(i)) continue;
       const double cost = curves_.cost(out.view, priced[i].footprint);
       steps.push_back(Step{i, utility(priced[i], out.view, curves_), cost, false});

@@ -55,6 +55,9 @@ enum class AdmissionPolicy {
   always,      ///< Action 0 always open; Action 1 admits every candidate the budgets allow
   fixed_load,  ///< Action 0 open only below a fixed load (static_max_rho, static_max_backlog);
                ///< Action 1 as `threshold`
+  // The two halves of `priced`, for the two-level ablation (the paper's Figure 13a):
+  priced_generation,  ///< Action 0 priced; Action 1 admits every candidate the budgets allow
+  priced_fills,       ///< Action 0 always open; Action 1 by sequential repricing
 };
 
 std::string_view to_string(AdmissionPolicy p);

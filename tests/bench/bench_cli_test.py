@@ -105,6 +105,20 @@ with tempfile.TemporaryDirectory() as tmp:
     check([p["name"] for p in doc["phases"]] == ["A", "B", "C", "D"] and
           all(len(p["phase_mean_s"]) == 4 for p in doc["points"]),
           "the bursty trace reports its four phases")
+    ablation_out = os.path.join(tmp, "ablation")
+    r = bench("ablation", "react", "--seeds", "1", "--requests", "30", "--loads", "0.5",
+              "--arms", "full,priced-fills,always,p=0.8", "--quiet", "--no-plots",
+              "--out", ablation_out)
+    check(r.returncode == 0, "bench ablation exits 0 (stderr: %s)" % r.stderr[-400:])
+    with open(os.path.join(ablation_out, "results.json")) as f:
+        doc = json.load(f)
+    check(sorted({rec["arm"] for rec in doc["records"]}) ==
+          ["always", "floor", "full", "p=0.8", "priced-fills"],
+          "the ablation runs its arms and the floor")
+    check(all(rec["accuracy"] == 1.0 for rec in doc["records"]),
+          "every ablation arm answers like the floor")
+    r = bench("ablation", "react", "--arms", "p=2", "--out", os.path.join(tmp, "bad"))
+    check(r.returncode == 2 and "unknown arm" in r.stderr, "a threshold above 1 is refused")
     r = bench("sweep", "routing", "--loads", "0", "--out", os.path.join(tmp, "bad"))
     check(r.returncode == 2 and "fraction of the saturation rate" in r.stderr,
           "a load of 0 is refused: %r" % r.stderr[-200:])

@@ -489,9 +489,40 @@ TEST_F(ControllerTest, RefundGivesBackTheAdmissionPriceOnce) {
   EXPECT_NEAR(*ctl.branch_return(1), 0, 1e-9);
 }
 
+// The ablation's halves: each prices one gate and leaves the other open.
+TEST_F(ControllerTest, HalfPricedPoliciesPriceOneGateAndOpenTheOther) {
+  const std::vector<Candidate> cands = {{0, 10, Footprint{100000, 0.02}},
+                                        {1, 10, Footprint{100000, 0.02}}};
+  {
+    // Action 0 open whatever the load; Action 1 repriced: nothing at a price above the gain.
+    AdmissionConfig c = config();
+    c.policy = AdmissionPolicy::priced_fills;
+    Controller ctl(clock_, c);
+    ctl.observe_load(1.0, 5.0);
+    const GenerationDecision g = ctl.open_branch(1, kClass);
+    EXPECT_TRUE(g.open);
+    EXPECT_EQ(g.reason, GateReason::fixed);
+    EXPECT_TRUE(ctl.admit(1, cands, 2).admitted.empty());
+  }
+  {
+    // Action 0 priced (its cold trials first); Action 1 admits what the budgets allow.
+    AdmissionConfig c = config();
+    c.policy = AdmissionPolicy::priced_generation;
+    Controller ctl(clock_, c);
+    ctl.observe_load(1.0, 5.0);
+    const GenerationDecision g = ctl.open_branch(1, kClass);
+    EXPECT_TRUE(g.open);
+    EXPECT_EQ(g.reason, GateReason::cold_trial);
+    const FillDecision d = ctl.admit(1, cands, 2);
+    ASSERT_EQ(d.admitted.size(), 2u);
+    EXPECT_LT(d.admitted[0].utility, 0);
+  }
+}
+
 TEST(AdmissionPolicy, NamesRoundTrip) {
   for (const auto p : {AdmissionPolicy::priced, AdmissionPolicy::threshold, AdmissionPolicy::always,
-                       AdmissionPolicy::fixed_load})
+                       AdmissionPolicy::fixed_load, AdmissionPolicy::priced_generation,
+                       AdmissionPolicy::priced_fills})
     EXPECT_EQ(admission_policy_from(to_string(p)), p);
   EXPECT_EQ(admission_policy_from("sometimes"), std::nullopt);
 }
