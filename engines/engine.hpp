@@ -104,6 +104,10 @@ class ResponseSink {
 struct LoadSnapshot {
   int slots_busy = 0;
   int slots_total = 0;
+  // The requests the engine decodes at once before its steps become compute-bound and every
+  // further request slows all the others (0: not known; slots_total stands). Admission prices
+  // fills against this, not slots_total: a 1,024-slot worker may saturate at 100.
+  int concurrency = 0;
   double kv_used = 0;  // tokens (sim) or a fraction of kv_total (engines that export one)
   double kv_total = 0;
   int queued = 0;

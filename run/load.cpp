@@ -10,7 +10,9 @@ Pressure pressure_of(const std::vector<engines::LoadSnapshot>& loads, int config
   double kv_total = 0;
   for (const auto& s : loads) {
     if (!s.valid) continue;
-    if (configured_slots == 0) slots += s.slots_total;
+    // Where the engine saturates: its compute-bound batch when it reports one.
+    if (configured_slots == 0)
+      slots += s.concurrency > 0 ? std::min(s.concurrency, s.slots_total) : s.slots_total;
     queued += s.queued;
     busy += s.slots_busy;
     kv_total += s.kv_total;

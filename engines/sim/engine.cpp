@@ -100,6 +100,7 @@ LoadSnapshot SimEngine::load() const {
     const LoadSnapshot w = m.load();
     s.slots_busy += w.slots_busy;
     s.slots_total += w.slots_total;
+    s.concurrency += w.concurrency;
     s.kv_used += w.kv_used;
     s.kv_total += w.kv_total;
     s.queued += w.queued;

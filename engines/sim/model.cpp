@@ -338,6 +338,10 @@ LoadSnapshot SimModel::load() const {
   LoadSnapshot s;
   s.slots_busy = slots_busy_;
   s.slots_total = params_.slots;
+  if (params_.decode_compute_ms_per_token > 0)
+    s.concurrency =
+        std::clamp(static_cast<int>(params_.decode_step_ms / params_.decode_compute_ms_per_token),
+                   1, params_.slots);
   s.kv_used = static_cast<double>(kv_in_use_);
   s.kv_total = static_cast<double>(params_.kv_tokens);
   s.queued = static_cast<int>(queue_.size());

@@ -97,6 +97,27 @@ TEST(SimModel, ABatchSharesStepsAndEachStepIsStretched) {
   EXPECT_EQ(pair.model.counters().steps, 20u);  // one step per token, shared
 }
 
+// Past the compute-bound batch a step lasts the batch's compute, so throughput stops growing:
+// 40 requests at 2 ms of compute each make 80 ms steps, not 10 ms ones stretched a little.
+TEST(SimModel, ALargeBatchIsComputeBound) {
+  SimParams p;
+  p.decode_step_ms = 10;
+  p.decode_compute_ms_per_token = 2;
+  p.interference = InterferenceModel{0, 0, 0, 0};  // no stretch: the floor alone
+  p.prefill_base_ms = 0;
+  p.prefill_ms_per_token = 0;
+  Sim few(p), many(p);
+  for (RequestHandle h = 1; h <= 4; ++h)
+    few.model.submit(h, chat("q" + std::to_string(h), 10), at_ms(0));
+  for (RequestHandle h = 1; h <= 40; ++h)
+    many.model.submit(h, chat("q" + std::to_string(h), 10), at_ms(0));
+  few.all();
+  many.all();
+  EXPECT_NEAR(few.done_ms(1), 10 * 10, 1e-6);    // 4 x 2 ms < 10 ms: memory-bound
+  EXPECT_NEAR(many.done_ms(40), 10 * 80, 1e-6);  // 40 x 2 ms per step
+  EXPECT_EQ(many.model.load().concurrency, 5);   // 10 ms / 2 ms
+}
+
 TEST(SimModel, RequestsQueueForSlots) {
   SimParams p;
   p.slots = 1;
@@ -579,6 +600,14 @@ TEST(SimProfiles, DeriveTheirPoolsAndRefuseUnknownNames) {
   ASSERT_TRUE(rtx.ok());
   EXPECT_EQ(rtx->params.kv_tokens, 35894);  // tight: about twenty 1,800-token requests
   EXPECT_EQ(sim_profile("default")->workers, 1);
+  // The compute floor: a decoded token costs a prompt token's forward pass, so a worker is
+  // compute-bound past 15.2 / 0.157 = 96 requests, and its load says so.
+  EXPECT_DOUBLE_EQ(h200->params.decode_compute_ms_per_token, h200->params.prefill_ms_per_token);
+  SimEngineOptions o;
+  o.stepped = true;
+  o.workers = h200->workers;
+  EXPECT_EQ(SimEngine(h200->params, {}, o).load().concurrency, 4 * 96);
+  EXPECT_EQ(SimEngine().load().concurrency, 0);  // the default profile has no floor
   const auto unknown = sim_profile("a100");
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.error().message.find("h200x4-32b"), std::string::npos);

@@ -23,6 +23,19 @@ TEST(Load, SlotsComeFromTheEnginesWhenNotConfigured) {
   EXPECT_EQ(p.slots, 32);  // what the price curves count canonical requests against
 }
 
+// An engine that is compute-bound past a batch of 100 saturates there, not at its 1,024 slots:
+// the pressure, and so the price of a fill, is counted against the smaller.
+TEST(Load, AnEnginesComputeBoundBatchIsItsCapacity) {
+  auto s = snapshot(50, 1024, 0, 1);
+  s.concurrency = 100;
+  const auto p = pressure_of({s, snapshot(0, 16, 0, 1)}, 0, 0, 0);
+  EXPECT_EQ(p.slots, 116);
+  EXPECT_DOUBLE_EQ(p.canonical, 50.0 / 116);
+  s.concurrency = 4096;  // never more than its slots
+  EXPECT_EQ(pressure_of({s}, 0, 0, 0).slots, 1024);
+  EXPECT_EQ(pressure_of({s}, 8, 0, 0).slots, 8);  // a configured count still wins
+}
+
 TEST(Load, ConfiguredSlotsWin) {
   EXPECT_DOUBLE_EQ(pressure_of({snapshot(4, 16, 0, 1)}, 8, 0, 0).canonical, 0.5);
   EXPECT_EQ(pressure_of({snapshot(4, 16, 0, 1)}, 8, 0, 0).slots, 8);
