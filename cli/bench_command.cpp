@@ -230,7 +230,8 @@ int run_sweep(SweepCli& cli) {
   std::ofstream(dir / "results.json") << doc.dump(2) << "\n";
   std::cerr << who << ": wrote " << (dir / "results.md").string() << " and "
             << (dir / "results.json").string() << "\n";
-  if (!cli.no_plots) plot(cli.plot_script, dir, who.c_str());
+  // The bursty trace has no figure of its own: its table is the result.
+  if (!cli.no_plots && cli.kind != "bursty") plot(cli.plot_script, dir, who.c_str());
   return failures == 0 ? kExitOk : kExitFindings;
 }
 
