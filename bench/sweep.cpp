@@ -62,6 +62,7 @@ Saturation burst(const SweepOptions& o, const BenchOptions& bo, const dsl::Templ
 
 Saturation find_saturation(const SweepOptions& o, const BenchOptions& bo,
                            const dsl::TemplateGraph& g) {
+  if (o.saturation > 0) return Saturation{g.workflow, o.saturation, 0, 0};  // given, not measured
   Saturation s = burst(o, bo, g, std::max(kFirstBurst, o.requests));
   while (s.runs * 2 <= kMaxBurst) {
     const Saturation bigger = burst(o, bo, g, s.runs * 2);
@@ -229,7 +230,8 @@ SweepResult run_sweep(const SweepOptions& o) {
     out.saturation[name] = sat;
     if (o.progress)
       *o.progress << name << ": the floor saturates at " << fixed(sat.rate) << " runs/s ("
-                  << sat.runs << "-run burst)\n"
+                  << (sat.runs ? std::to_string(sat.runs) + "-run burst" : std::string("given"))
+                  << ")\n"
                   << std::flush;
     if (sat.rate <= 0) {
       out.error = name + ": the floor's saturation rate could not be measured";
@@ -305,8 +307,13 @@ std::string format_sweep(const SweepOptions& o, const SweepResult& r) {
     if (std::find(arms.begin(), arms.end(), p.arm) == arms.end()) arms.push_back(p.arm);
   for (const auto& [name, sat] : r.saturation) {
     md << "\n## " << name << "\n\nThe floor saturates at " << fixed(sat.rate)
-       << " runs per simulated second (" << sat.runs << " runs arriving at once; the middle 80% "
-       << "of them finished in " << fixed(sat.window_s) << " s).\n\n| load | rate |";
+       << " runs per simulated second ("
+       << (sat.runs ? std::to_string(sat.runs) +
+                          " runs arriving at once; the middle 80% of them "
+                          "finished in " +
+                          fixed(sat.window_s) + " s"
+                    : std::string("given with --saturation, not measured"))
+       << ").\n\n| load | rate |";
     for (const auto& a : arms)
       md << ' ' << a << " |";
     md << "\n|---|---|";

@@ -41,6 +41,7 @@ struct SweepOptions {
   std::string templates = "templates";
   std::ostream* progress = nullptr;  // one line per finished (workload, load, seed)
   std::string command = "sweep";     // the report's title: sweep or ablation
+  double saturation = 0;             // the floor's saturation rate (runs/s) to use; 0: measure it
 };
 
 // How the floor's saturation rate of one workload was found.

@@ -283,6 +283,10 @@ void add_sweep(CLI::App& bench, const std::string& kind, std::function<int()>& r
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   cmd->add_option("--seed", cli->options.first_seed, "First seed")->capture_default_str();
+  cmd->add_option("--saturation", cli->options.saturation,
+                  "The floor's saturation rate in runs/s to use for every workload, instead of "
+                  "measuring it (a quick look; loads are fractions of it)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--requests", cli->options.requests, "Workflow runs per cell")
       ->check(CLI::Range(20, 100000))
       ->capture_default_str();

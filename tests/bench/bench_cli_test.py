@@ -97,17 +97,21 @@ with tempfile.TemporaryDirectory() as tmp:
     check(doc["profile"] == "h200x4-32b" and len(doc["points"]) == 2 * 3,
           "the sweep runs the paper's testbed by default and reports a point per load and arm")
     bursty_out = os.path.join(tmp, "bursty")
+    # Given a saturation rate, the bursty trace and the ablation skip measuring it.
     r = bench("bursty", "hci", "--seeds", "1", "--requests", "40", "--arms", "full",
-              "--quiet", "--no-plots", "--out", bursty_out)
+              "--saturation", "50", "--quiet", "--no-plots", "--out", bursty_out)
     check(r.returncode == 0, "bench bursty exits 0 (stderr: %s)" % r.stderr[-400:])
     with open(os.path.join(bursty_out, "results.json")) as f:
         doc = json.load(f)
+    check(doc["saturation"]["hci"]["rate"] == 50 and doc["saturation"]["hci"]["burst_runs"] == 0,
+          "a given saturation rate is used, not measured")
     check([p["name"] for p in doc["phases"]] == ["A", "B", "C", "D"] and
           all(len(p["phase_mean_s"]) == 4 for p in doc["points"]),
           "the bursty trace reports its four phases")
     ablation_out = os.path.join(tmp, "ablation")
     r = bench("ablation", "react", "--seeds", "1", "--requests", "30", "--loads", "0.5",
-              "--arms", "full,priced-fills,always,p=0.8", "--quiet", "--no-plots",
+              "--arms", "full,priced-fills,always,p=0.8", "--saturation", "50", "--quiet",
+              "--no-plots",
               "--out", ablation_out)
     check(r.returncode == 0, "bench ablation exits 0 (stderr: %s)" % r.stderr[-400:])
     with open(os.path.join(ablation_out, "results.json")) as f:
