@@ -556,7 +556,7 @@ TEST(SimEngine, PendingRequestsAreErroredWhenTheEngineStops) {
 // a fill goes to a worker with no canonical request while there is one.
 TEST(SimEngine, WorkersTakeRequestsLeastLoadedFirstAndFillsWhereNoCanonicalOneRunsOnATie) {
   SimEngineOptions o;
-  o.time_scale = 1e12;  // simulated time stands still: nothing finishes on its own
+  o.stepped = true;  // nothing moves, not even admission: the picks do not race a thread
   o.workers = 3;
   SimEngine engine({}, {}, o);
   auto in_flight = [&](int w) {
