@@ -11,21 +11,16 @@
 #include "engines/tools/corpus.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <future>
 #include <iomanip>
 #include <iostream>
-#include <mutex>
 #include <numeric>
 #include <random>
 #include <set>
 #include <sstream>
-#include <thread>
 #include <tuple>
 #include <utility>
 
