@@ -2,7 +2,8 @@
 //
 // For each workload it first finds the floor's saturation rate on the engine profile: a burst
 // of runs all arriving at once keeps the engine as busy as the workload can make it, and the
-// rate at which the middle 80% of those runs complete is the most the floor can sustain. Each
+// rate at which they complete (90% of them, over the time until the 90th percent finished)
+// is the most the floor can sustain. Each
 // load u then runs the workload's trace with Poisson arrivals at u times that rate, for every
 // arm and seed, each cell in simulated time (bench/sim_world.hpp). The first 20% and the last
 // 10% of the runs are left out of the latency figures (the engine filling from empty, and the
@@ -49,7 +50,7 @@ struct Saturation {
   std::string workload;
   double rate = 0;       // runs per simulated second the floor sustains
   std::size_t runs = 0;  // in the burst
-  double window_s = 0;   // the middle 80% of the burst's completions took this long
+  double window_s = 0;   // 90% of the burst's runs had finished this long after it arrived
 };
 
 struct SweepRecord {  // one cell
