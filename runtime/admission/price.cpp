@@ -15,7 +15,8 @@ Prices PriceCurves::at(const LoadView& v) const {
   const double rho = clamp01(v.rho);
   const double canonical = rho * p_.decode_slots;  // canonical requests in flight
   const double fills = clamp01(v.fill) * fill_slots_;
-  const double slot_use = std::min((canonical + fills) / p_.decode_slots, p_.max_utilization);
+  const double slot_use = std::min(std::max((canonical + fills) / p_.decode_slots, clamp01(v.fill)),
+                                   p_.max_utilization);
   const double kv_use = std::min(clamp01(v.kv), p_.max_utilization);
   const double share = std::max(clamp01(v.kv) * p_.kv_budget, p_.kv_floor);
   const InterferenceModel& m = p_.interference;

@@ -14,8 +14,10 @@
 //     derivative, at the current share (at least 3%, the smallest measured), is the price of a
 //     unit of KV share.
 // Each is multiplied by the number of canonical requests in flight (rho * decode slots) and
-// by a congestion factor 1 / (1 - u) that steepens the price near capacity (u: decode-slot
-// utilization for the slot price, fill KV-budget occupancy for the KV price, capped at 0.95).
+// by a congestion factor 1 / (1 - u) that steepens the price near capacity (u: the larger of
+// decode-slot utilization and fill-budget occupancy for the slot price, so that a nearly spent
+// fill budget is kept for likely candidates; fill KV-budget occupancy for the KV price; capped
+// at 0.95).
 // Every factor is non-decreasing in every component of V, so both curves are monotone
 // componentwise, which Proposition A.8 needs.
 //

@@ -162,6 +162,21 @@ TEST(Prices, SteepenNearCapacity) {
               (1 - 0.5) / (1 - 0.95) * std::pow(0.99 * 0.25 / (0.5 * 0.25), 0.52), 1e-9);
 }
 
+// The fill budget is priced like the slots: as it fills, the slot price steepens, so that
+// the last fills left go to likely candidates. On an idle engine the price stays zero.
+TEST(Prices, SteepenAsTheFillBudgetFills) {
+  const PriceCurves curves;  // 64 slots, 16 fills
+  const double empty = curves.at(LoadView{0, 0, 0.1}).slot;
+  const double half = curves.at(LoadView{0.5, 0, 0.1}).slot;
+  const double full = curves.at(LoadView{1.0, 0, 0.1}).slot;
+  // rho 0.1: 6.4 canonical requests; u is the larger of slot use and o_fill.
+  const double per = 6.4 * (0.00025 + 0.045 / 16);
+  EXPECT_NEAR(empty, per / (1 - 0.1), 1e-12);
+  EXPECT_NEAR(half, per / (1 - 0.5), 1e-12);
+  EXPECT_NEAR(full, per / (1 - 0.95), 1e-12);  // capped
+  EXPECT_EQ(curves.at(LoadView{1.0, 0, 0}).slot, 0);
+}
+
 TEST(Prices, ProjectionAddsOneFillAndItsKv) {
   const PriceCurves curves;
   const LoadView v = curves.project(LoadView{0.25, 0.1, 0.4}, Footprint{1000, 0.05});
