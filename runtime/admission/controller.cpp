@@ -230,7 +230,10 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
     out.admitted.push_back(
         FillChoice{s.index, made[s.index], priced[s.index].p, s.utility, s.cost_ms, s.audit});
     b->reservations.push_back(made[s.index]);
-    reservations_.at(made[s.index]).cost_ms = s.cost_ms;
+    Reservation& r = reservations_.at(made[s.index]);
+    r.cost_ms = s.cost_ms;
+    r.rank = candidates[s.index].rank;
+    b->charged.emplace_back(r.rank, s.cost_ms);
     b->y -= s.cost_ms;  // Eq. 4: the fills this branch enabled
     ++b->admitted;
     stats_.fill_audits += s.audit ? 1 : 0;
@@ -268,15 +271,18 @@ void Controller::resolve(BranchId branch, std::optional<std::size_t> selected_ra
     c.selection.refresh(rank);
 }
 
-void Controller::consumed(BranchId branch, std::size_t /*rank*/, double saved_ms) {
+void Controller::consumed(BranchId branch, std::size_t rank, double saved_ms) {
   Branch* b = find(branch);
   if (!b) return;
   learn_usability(state(b->coordinate), true);
   ++b->consumed;
+  double back = 0;  // its price, given back once (see the header)
+  for (auto& [r, ms] : b->charged)
+    if (r == rank) back += std::exchange(ms, 0.0);
   if (b->settled) {
-    revise(branch, saved_ms);
+    revise(branch, saved_ms + back);
   } else {
-    b->y += saved_ms;  // Eq. 4: the execution a consumed fill saved
+    b->y += saved_ms + back;  // Eq. 4: the execution a consumed fill saved
   }
 }
 
@@ -312,6 +318,8 @@ void Controller::refund(ReservationId reservation) {
   const double cost = it->second.cost_ms;
   it->second.cost_ms = 0;
   if (Branch* b = find(it->second.branch)) {
+    for (auto& [r, ms] : b->charged)
+      if (r == it->second.rank) ms = 0;
     if (b->settled) {
       revise(it->second.branch, cost);
     } else {

@@ -37,6 +37,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace dynrt::admission {
@@ -166,7 +167,11 @@ class Controller {
   // predicted, or nullopt if the selection was none of them. (An ambiguous selection should
   // not be reported: nothing is learned from it.)
   void resolve(BranchId branch, std::optional<std::size_t> selected_rank);
-  // An admitted, selected fill was consumed in time and saved `saved_ms`.
+  // An admitted, selected fill was consumed in time and saved `saved_ms`. The price charged
+  // for it at admission is given back: C_s is the delay a fill imposes when it is *not*
+  // consumed (Eq. 6); a consumed fill did work its demand would otherwise have done. Charging
+  // it anyway teaches the class that its best branches lose money, most where every offer is
+  // filled (independent promotion).
   void consumed(BranchId branch, std::size_t rank, double saved_ms);
   // An admitted, selected fill missed its deadline; the demand waited `wait_ms` for it. This
   // lowers usability; it is not a prediction error.
@@ -210,7 +215,7 @@ class Controller {
   // Allocator-aware, so that a branch's lists come from the controller's pool (memory_).
   struct Branch {
     using allocator_type = std::pmr::polymorphic_allocator<>;
-    explicit Branch(const allocator_type& a) : predicted_ranks(a), reservations(a) {}
+    explicit Branch(const allocator_type& a) : predicted_ranks(a), reservations(a), charged(a) {}
     Hash128 coordinate;
     Context x = Context::Zero();
     double y = 0;                   // the full-path return so far (Eq. 4)
@@ -218,6 +223,8 @@ class Controller {
     bool audit = false;             // opened by an audit: Action 1 probes
     std::pmr::vector<std::size_t> predicted_ranks;
     std::pmr::vector<ReservationId> reservations;
+    // What each admitted candidate's fill was charged (rank, ms), until given back.
+    std::pmr::vector<std::pair<std::size_t, double>> charged;
     int admitted = 0;
     int consumed = 0;
     bool resolved = false;
@@ -232,7 +239,8 @@ class Controller {
     BranchId branch;
     double kv_share;
     std::string tenant;
-    double cost_ms = 0;  // the price charged to the branch's return at admission
+    double cost_ms = 0;    // the price charged to the branch's return at admission
+    std::size_t rank = 0;  // the candidate it was admitted for
   };
 
   double uniform();

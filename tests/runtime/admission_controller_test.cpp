@@ -246,10 +246,58 @@ TEST_F(ControllerTest, FeedbackUpdatesSelectionForEveryPredictedRankAndUsability
     ctl.release(f.reservation);
   ctl.settle(1);
   EXPECT_EQ(ctl.model(kClass)->samples(), 1);
-  // A delayed consumption after settlement revises, without a second observation.
+  // A delayed consumption after settlement revises, without a second observation; the
+  // consumed fill's price is given back with its saving.
+  double price = 0;
+  for (const FillChoice& f : d.admitted)
+    if (cands[f.candidate].rank == 1) price = f.cost_ms;
+  ASSERT_GT(price, 0);
   ctl.consumed(1, 1, 900);
   EXPECT_EQ(ctl.model(kClass)->samples(), 1);
-  EXPECT_NEAR(*ctl.branch_return(1), before - 120 + 900, 1e-9);
+  EXPECT_NEAR(*ctl.branch_return(1), before - 120 + 900 + price, 1e-9);
+}
+
+// Eq. 4 charges the fills a branch enabled at C_s, the delay a fill imposes when it is not
+// consumed (Eq. 6): a consumed fill's price is given back with its saving, the others' stay.
+TEST_F(ControllerTest, AConsumedFillsPriceIsGivenBackTheOthersStayCharged) {
+  Controller ctl(clock_, config());
+  ctl.observe_load(0.2, 0);
+  ASSERT_TRUE(ctl.open_branch(1, kClass).open);
+  const std::vector<Candidate> cands = {{0, 3000, Footprint{1500, 0.004}},
+                                        {1, 3000, Footprint{1500, 0.004}},
+                                        {2, 3000, Footprint{1500, 0.004}}};
+  const FillDecision d = ctl.admit(1, cands, 3);
+  ASSERT_EQ(d.admitted.size(), 3u);
+  double charged = 0, kept = 0;
+  for (const FillChoice& c : d.admitted) {
+    ASSERT_GT(c.cost_ms, 0);
+    charged += c.cost_ms;
+    if (cands[c.candidate].rank != 1) kept += c.cost_ms;
+  }
+  EXPECT_NEAR(*ctl.branch_return(1), -charged, 1e-9);
+  ctl.resolve(1, std::size_t{1});
+  ctl.consumed(1, 1, 2000);
+  EXPECT_NEAR(*ctl.branch_return(1), 2000 - kept, 1e-9);
+  ctl.consumed(1, 1, 0);  // reported twice: its price is not given back twice
+  EXPECT_NEAR(*ctl.branch_return(1), 2000 - kept, 1e-9);
+  ctl.settle(1);
+  EXPECT_NEAR(*ctl.branch_return(1), 2000 - kept, 1e-9);
+}
+
+// A fill refunded because it ran nothing (its chain came from the library) and then consumed
+// gets its price back once.
+TEST_F(ControllerTest, ARefundedFillIsNotRefundedAgainWhenConsumed) {
+  Controller ctl(clock_, config());
+  ctl.observe_load(0.5, 0);
+  ASSERT_TRUE(ctl.open_branch(1, kClass).open);
+  const std::vector<Candidate> cands = {{0, 3000, Footprint{1500, 0.004}}};
+  const FillDecision d = ctl.admit(1, cands, 1);
+  ASSERT_EQ(d.admitted.size(), 1u);
+  ctl.refund(d.admitted[0].reservation);
+  ctl.release(d.admitted[0].reservation);
+  EXPECT_NEAR(*ctl.branch_return(1), 0, 1e-9);
+  ctl.consumed(1, 0, 0);
+  EXPECT_NEAR(*ctl.branch_return(1), 0, 1e-9);
 }
 
 TEST_F(ControllerTest, SetupIsChargedWhetherOrNotThePredictorProducedAnything) {
