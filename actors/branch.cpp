@@ -314,13 +314,13 @@ behavior branch_actor(Self self, BranchInitPtr init) {
         arm(self, svc.policy.settle_after, settleby_atom::value);
         maybe_settle(self);
       },
-      [=](demanded_atom, bool consumed, double saved_ms, double wait_ms) {
+      [=](demanded_atom, bool consumed, double saved_ms, double wait_ms, bool judged) {
         auto& st = self->state;
         const auto& svc = *st.init->services;
         st.branch->demanded(consumed, saved_ms, wait_ms);
         if (const auto* w = st.branch->winner()) {
           if (consumed) ++svc.counters->fills_consumed;
-          if (st.gated_open)
+          if (st.gated_open && judged)
             self->send(svc.pricing, usable_atom::value, st.branch->id(),
                        static_cast<std::uint64_t>(w->rank), consumed,
                        consumed ? saved_ms : wait_ms);

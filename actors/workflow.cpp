@@ -187,7 +187,8 @@ void carry_out(Self self, DemandEffects fx) {
             apply(self, std::move(e.effects));
           } else if constexpr (std::is_same_v<E, rd::Demanded>) {
             if (auto it = st.branches.find(e.branch); it != st.branches.end())
-              self->send(it->second, demanded_atom::value, e.consumed, e.saved_ms, e.waited_ms);
+              self->send(it->second, demanded_atom::value, e.consumed, e.saved_ms, e.waited_ms,
+                         e.judged);
           } else if constexpr (std::is_same_v<E, rd::Credit>) {
             self->send(svc.pricing, credit_atom::value, e.branch, e.saved_ms);
           } else if constexpr (std::is_same_v<E, rd::ArmWait>) {

@@ -156,12 +156,12 @@ void DemandFlow::answer(DemandId id, Reply reply, DemandEffects& fx) {
 
 void DemandFlow::completed(const dsl::Stage& stage, const std::string& response, csl::EntryRef ref,
                            bool from_fill, std::uint64_t fill_branch, double saved_ms,
-                           double waited_ms, DemandEffects& fx) {
+                           double waited_ms, bool cached, DemandEffects& fx) {
   fx.push_back(Branches{run_.completed(stage, response, ref)});
   bool first = false;
-  for (const auto& [branch, consumed] : run_.demanded(stage, from_fill, fill_branch)) {
-    first = first || (consumed && branch == fill_branch);
-    fx.push_back(Demanded{branch, consumed, saved_ms, waited_ms});
+  for (const auto& v : run_.demanded(stage, from_fill, fill_branch, cached)) {
+    first = first || (v.consumed && v.branch == fill_branch);
+    fx.push_back(Demanded{v.branch, v.consumed, saved_ms, waited_ms, v.judged});
   }
   // A later stage of a fill chain (a read after its retrieve, an executor after its handler):
   // the branch that filled it saved this too, so its return learns it (Eq. 4). The branch
@@ -181,7 +181,8 @@ void DemandFlow::from_library(DemandId id, const ServeReply& hit, DemandEffects&
   const bool from_fill = hit.promoted && hit.provenance.origin == csl::Origin::fill;
   const double waited = p.waited_ms;
   answer(id, std::move(r), fx);
-  completed(stage, *hit.bytes, hit.ref, from_fill, hit.provenance.branch, saved_ms, waited, fx);
+  completed(stage, *hit.bytes, hit.ref, from_fill, hit.provenance.branch, saved_ms, waited,
+            /*cached=*/!from_fill, fx);
 }
 
 DemandEffects DemandFlow::landed(DemandId id, const Landed& l) {
@@ -207,7 +208,7 @@ DemandEffects DemandFlow::landed(DemandId id, const Landed& l) {
   Reply r = l.reply;
   r.served = Served::cache;
   answer(id, std::move(r), fx);
-  completed(stage, l.reply.body, l.ref, false, 0, ms_of(l.cost), waited, fx);
+  completed(stage, l.reply.body, l.ref, false, 0, ms_of(l.cost), waited, /*cached=*/true, fx);
   return fx;
 }
 
@@ -251,7 +252,7 @@ DemandEffects DemandFlow::executed(DemandId id, const ExecResult& r) {
     } else {
       answer(id, std::move(reply), fx);
     }
-    completed(stage, r.result.body, {}, false, 0, 0, waited, fx);
+    completed(stage, r.result.body, {}, false, 0, 0, waited, false, fx);
     return fx;
   }
   // Stored before the answer goes out, so the next stage's demand finds its producer.
@@ -285,7 +286,7 @@ DemandEffects DemandFlow::stored(DemandId id, const std::optional<csl::InsertRes
   const double waited = p.waited_ms;
   const auto response = p.response;
   answer(id, std::move(*p.answer), fx);
-  completed(stage, *response, ref, false, 0, 0, waited, fx);
+  completed(stage, *response, ref, false, 0, 0, waited, false, fx);
   return fx;
 }
 

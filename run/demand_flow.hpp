@@ -110,6 +110,7 @@ struct Demanded {
   bool consumed = false;
   double saved_ms = 0;
   double waited_ms = 0;
+  bool judged = true;  // false: C1 answered the branch's whole chain; nothing to learn
 };
 // A later stage of a branch's fill chain was served: the branch's return grows by `saved_ms`.
 struct Credit {
@@ -212,7 +213,7 @@ class DemandFlow {
   // After the answer: the run learns the response, the branches whether a fill served it.
   void completed(const dsl::Stage& stage, const std::string& response, csl::EntryRef ref,
                  bool from_fill, std::uint64_t fill_branch, double saved_ms, double waited_ms,
-                 DemandEffects& fx);
+                 bool cached, DemandEffects& fx);
 
   WorkflowRun& run_;
   const Clock& clock_;

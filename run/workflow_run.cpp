@@ -32,7 +32,7 @@ void WorkflowRun::open(const dsl::Decision& d, RunEffects& fx) {
 void WorkflowRun::opened(const BranchOpen& o, std::uint64_t id) {
   Open b;
   b.id = id;
-  b.first_stage = o.chain.empty() ? dsl::kNoId : o.chain.front();
+  b.chain = o.chain;
   branches_[o.decision] = b;
 }
 
@@ -122,14 +122,21 @@ RunEffects WorkflowRun::completed(const dsl::Stage& stage, std::string_view resp
   return fx;
 }
 
-std::vector<std::pair<std::uint64_t, bool>> WorkflowRun::demanded(const dsl::Stage& stage,
-                                                                  bool from_fill,
-                                                                  std::uint64_t fill_branch) {
-  std::vector<std::pair<std::uint64_t, bool>> out;
+std::vector<WorkflowRun::Verdict> WorkflowRun::demanded(const dsl::Stage& stage, bool from_fill,
+                                                        std::uint64_t fill_branch, bool cached) {
+  std::vector<Verdict> out;
   for (auto& [decision, b] : branches_) {
-    if (b.first_stage != stage.id || !b.resolved || b.demanded) continue;
+    if (b.judged_at >= b.chain.size() || b.chain[b.judged_at] != stage.id || !b.resolved ||
+        b.demanded)
+      continue;
+    if (cached && !from_fill) {
+      if (++b.judged_at < b.chain.size()) continue;  // judged at the next stage
+      b.demanded = true;
+      out.push_back(Verdict{b.id, false, false});
+      continue;
+    }
     b.demanded = true;
-    out.emplace_back(b.id, from_fill && fill_branch == b.id);
+    out.push_back(Verdict{b.id, from_fill && fill_branch == b.id, true});
   }
   return out;
 }

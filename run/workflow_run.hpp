@@ -63,10 +63,21 @@ class WorkflowRun {
   // The actor opened the branch `opens` asked for, under `id`.
   void opened(const BranchOpen& open, std::uint64_t id);
   void settled(std::uint64_t id);
-  // A demand for `stage` was answered: the resolved branches whose first fill stage it is
-  // learn whether their fill served it (once each). Returns (branch, consumed).
-  std::vector<std::pair<std::uint64_t, bool>> demanded(const dsl::Stage& stage, bool from_fill,
-                                                       std::uint64_t fill_branch);
+  // A demand for `stage` was answered: the resolved branches whose fill chain it judges learn
+  // whether their fill served it (once each). A chain is judged at its first stage, unless the
+  // library or an identical execution already in flight answered that stage without the fill
+  // (`cached`): C1 came first (Eq. 4 credits a fill only with what C1 left), so the verdict
+  // moves to the next stage of the chain. ReAct's chain starts with a retrieve that later runs
+  // find in the library; its fill's worth is in the read after it. When C1 answered the whole
+  // chain, the verdict is not judged: the fill neither served nor missed.
+  struct Verdict {
+    std::uint64_t branch = 0;
+    bool consumed = false;
+    bool judged = true;
+    friend bool operator==(const Verdict&, const Verdict&) = default;
+  };
+  std::vector<Verdict> demanded(const dsl::Stage& stage, bool from_fill, std::uint64_t fill_branch,
+                                bool cached = false);
   // Branches still open (for the actor to abandon when the run ends).
   std::vector<std::uint64_t> open_branches() const;
 
@@ -95,7 +106,8 @@ class WorkflowRun {
     std::uint64_t id = 0;
     bool resolved = false;
     bool demanded = false;
-    dsl::StageId first_stage = dsl::kNoId;
+    std::vector<dsl::StageId> chain;  // what its fills run
+    std::size_t judged_at = 0;        // the chain stage whose demand judges them
   };
   void resolve(const dsl::Decision& d, branch::Outcome outcome, std::string value, RunEffects& fx);
   void open(const dsl::Decision& d, RunEffects& fx);

@@ -19,7 +19,7 @@ namespace {
 
 using branch::Outcome;
 using dynrt::testing::graph;
-using Demanded = std::vector<std::pair<std::uint64_t, bool>>;
+using Demanded = std::vector<WorkflowRun::Verdict>;
 
 GraphPtr shared(const std::string& workflow) {
   return std::make_shared<const dsl::TemplateGraph>(graph(workflow));
@@ -115,6 +115,37 @@ TEST_F(WorkflowRunRouting, DemandNotFromAFillIsNotConsumed) {
   run.completed(router, chat("HANDLER: email"), kNoEntry);
 
   EXPECT_EQ(run.demanded(handle, false, 7), (Demanded{{7, false}}));
+}
+
+// C1 answered the handler stage (the library, or an identical execution in flight): the fill
+// is judged at the executor after it, by whether it served that.
+TEST_F(WorkflowRunRouting, AStageTheLibraryAnsweredMovesTheVerdictDownTheChain) {
+  WorkflowRun run(g, true);
+  open_branch(run, 7);
+  run.completed(router, chat("HANDLER: email"), kNoEntry);
+
+  EXPECT_TRUE(run.demanded(handle, false, 0, /*cached=*/true).empty());
+  EXPECT_EQ(run.demanded(execute, true, 7), (Demanded{{7, true}}));
+  EXPECT_TRUE(run.demanded(execute, true, 7).empty());
+}
+
+TEST_F(WorkflowRunRouting, AChainTheLibraryAnsweredWhollyIsNotJudged) {
+  WorkflowRun run(g, true);
+  open_branch(run, 7);
+  run.completed(router, chat("HANDLER: email"), kNoEntry);
+
+  EXPECT_TRUE(run.demanded(handle, false, 0, /*cached=*/true).empty());
+  EXPECT_EQ(run.demanded(execute, false, 0, /*cached=*/true), (Demanded{{7, false, false}}));
+}
+
+// Executed on the engine: the fill did not serve, and that is judged at once.
+TEST_F(WorkflowRunRouting, AnExecutedFirstStageJudgesTheFillAtOnce) {
+  WorkflowRun run(g, true);
+  open_branch(run, 7);
+  run.completed(router, chat("HANDLER: email"), kNoEntry);
+
+  EXPECT_EQ(run.demanded(handle, false, 0, /*cached=*/false), (Demanded{{7, false}}));
+  EXPECT_TRUE(run.demanded(execute, true, 7).empty());
 }
 
 TEST_F(WorkflowRunRouting, DemandBeforeResolutionTellsNoBranchAndDoesNotUseUpItsTurn) {
