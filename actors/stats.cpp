@@ -64,6 +64,7 @@ constexpr std::array kDerived = {
     DerivedSpec{"dynrt_gate_fills_admitted_total", "counter", "Fill gate (Action 1): admitted.", [](const RuntimeStats& s) { return double(s.admission.fills_admitted); }},
     DerivedSpec{"dynrt_gate_fills_refused_total", "counter", "Fill gate (Action 1): refused.", [](const RuntimeStats& s) { return double(s.admission.fills_refused); }},
     DerivedSpec{"dynrt_fills_share_refused_total", "counter", "Fill reservations refused: their tenant held its share of the fill budget.", [](const RuntimeStats& s) { return double(s.admission.share_refused); }},
+    DerivedSpec{"dynrt_fills_reserve_refused_total", "counter", "Fill candidates refused because they were worth less than the fill budget's reserve price (the budget nearly spent).", [](const RuntimeStats& s) { return double(s.admission.reserve_refused); }},
     DerivedSpec{"dynrt_load_envelope", "gauge", "The causal load envelope rho_H (Eq. 3).", [](const RuntimeStats& s) { return s.envelope; }},
     DerivedSpec{"dynrt_fills_in_flight", "gauge", "Fills holding a reservation.", [](const RuntimeStats& s) { return double(s.fills_in_flight); }},
     DerivedSpec{"dynrt_fill_kv_reserved", "gauge", "KV share (of the KV budget) reserved by fills.", [](const RuntimeStats& s) { return s.kv_reserved; }},

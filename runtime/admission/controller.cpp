@@ -177,8 +177,21 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
   budget.kv_share =
       std::max(0.0, std::min(config_.prices.kv_budget - kv_reserved_, kv_cap - account.kv_share));
   std::vector<ReservationId> made(candidates.size(), 0);
+  const bool priced_fills =
+      config_.policy == AdmissionPolicy::priced || config_.policy == AdmissionPolicy::priced_fills;
+  // Utility per ms of slot time, at the view the decision started from.
+  const auto density = [&](std::size_t i) {
+    const double ms = std::max(1.0, priced[i].footprint.slot_ms);
+    return utility(priced[i], out.view, curves_) / ms;
+  };
+  bool probing = false;  // an audit's probe pays no reserve price either
+  std::vector<bool> below_reserve(candidates.size(), false);  // asked more than once, counted once
   Hooks hooks;
   hooks.reserve = [&](std::size_t i) {
+    if (priced_fills && !b->audit && !probing && density(i) <= budget_reserve()) {
+      below_reserve[i] = true;
+      return false;
+    }
     // Atomic: both the fill count and the KV share, against every branch's reservations.
     const double kv = candidates[i].footprint.kv_share;
     if (fills_in_flight_ + 1 > static_cast<int>(curves_.fill_slots()) ||
@@ -205,10 +218,21 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
   // An audited branch probes: its best feasible candidate is admitted even at non-positive
   // utility (Algorithm 1, line 12), or the audit would learn the setup cost and nothing of
   // the fills, and a class closed because its fills failed could never see them pay.
-  hooks.audit = [&] { return std::exchange(b->audit, false) || uniform() < config_.fill_audit; };
+  hooks.audit = [&] {
+    probing = std::exchange(b->audit, false) || uniform() < config_.fill_audit;
+    return probing;
+  };
   std::vector<Step> steps;
-  if (config_.policy == AdmissionPolicy::priced ||
-      config_.policy == AdmissionPolicy::priced_fills) {
+  if (priced_fills) {
+    // The reserve price learns what a branch's best candidate is typically worth (before this
+    // branch's admissions change it).
+    double best = 0;
+    for (std::size_t i = 0; i < priced.size(); ++i)
+      best = std::max(best, density(i));
+    if (best > 0)
+      top_density_ = top_density_ == 0
+                         ? best  // the first branch seeds it
+                         : top_density_ + config_.budget_reserve_memory * (best - top_density_);
     steps = admit_fills(priced, out.view, curves_, budget, hooks);
   } else {
     // Fixed policies: in rank order, every candidate (always) or those whose p reaches the
@@ -239,9 +263,18 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
     stats_.fill_audits += s.audit ? 1 : 0;
   }
   stats_.fills_admitted += steps.size();
+  stats_.reserve_refused +=
+      static_cast<std::uint64_t>(std::count(below_reserve.begin(), below_reserve.end(), true));
   stats_.fills_refused += candidates.size() - steps.size();
   if (!steps.empty()) record_load();
   return out;
+}
+
+double Controller::budget_reserve() const {
+  const double o =
+      std::clamp(static_cast<double>(fills_in_flight_) / curves_.fill_slots(), 0.0, 1.0);
+  const double over = std::max(0.0, 2 * o - 1);  // nothing until half the budget is in use
+  return over * over * top_density_;
 }
 
 void Controller::charge_setup(BranchId branch, Duration setup) {

@@ -78,7 +78,14 @@ struct AdmissionConfig {
   // gamma: the weight an observation of a class loses with each newer one, in the gate's
   // model (ClassModel) and in its usability posterior. 1 forgets nothing.
   double evidence_memory = 0.9;
-  double consumption_memory = 0.1;    // weight of the newest branch in the consumption EWMA
+  double consumption_memory = 0.1;  // weight of the newest branch in the consumption EWMA
+  // The fill budget's reserve price (priced Action 1 only): once more than half the budget is
+  // in use, a candidate must be worth, per ms of slot time, more than (2 o_fill - 1)^2 times
+  // the typical best candidate of a branch (an EWMA with this weight per branch). The last
+  // slots are kept for likely candidates: where fills outnumber the budget, a branch's second
+  // and third choices would otherwise hold the slots the next branches' first choices need.
+  // 0 turns it off.
+  double budget_reserve_memory = 0.05;
   std::size_t settled_memory = 4096;  // settled branches kept for delayed feedback
   std::uint64_t seed = 1;
 };
@@ -130,7 +137,8 @@ struct AdmissionStats {
   std::uint64_t fills_refused = 0;
   std::uint64_t fill_audits = 0;
   std::uint64_t reservations_refused = 0;
-  std::uint64_t share_refused = 0;  // ... of which: the tenant held its share of the budget
+  std::uint64_t share_refused = 0;    // ... of which: the tenant held its share of the budget
+  std::uint64_t reserve_refused = 0;  // candidates worth less than the budget's reserve price
 };
 
 // Whose budget a branch's fills are charged to: a tenant may hold at most `share` of the fill
@@ -199,6 +207,9 @@ class Controller {
   // Fills in flight charged to `tenant`.
   int fills_in_flight(std::string_view tenant) const;
   double kv_reserved() const { return kv_reserved_; }
+  // The fill budget's reserve price now: ms of utility per ms of slot time a candidate must
+  // beat (see AdmissionConfig::budget_reserve_memory).
+  double budget_reserve() const;
   // Branches opened and not yet settled (each holds a pending trial of its class).
   std::size_t open_branches() const { return branches_.size() - settled_order_.size(); }
 
@@ -265,6 +276,7 @@ class Controller {
   int fills_in_flight_ = 0;
   std::unordered_map<std::string, Account> accounts_;  // by tenant
   double kv_reserved_ = 0;
+  double top_density_ = 0;  // EWMA of each branch's best utility per ms of slot time
   double rho_ = 0;
   double backlog_ = 0;
   std::uint64_t rng_;

@@ -300,6 +300,34 @@ TEST_F(ControllerTest, ARefundedFillIsNotRefundedAgainWhenConsumed) {
   EXPECT_NEAR(*ctl.branch_return(1), 0, 1e-9);
 }
 
+// The fill budget's reserve price: while the budget is nearly spent, a candidate worth much
+// less per slot-ms than a branch's typical best is refused, so the last slots go to the next
+// branches' likely candidates; with the budget empty the same candidate is admitted.
+TEST_F(ControllerTest, ANearlySpentFillBudgetKeepsItsLastSlotsForLikelyCandidates) {
+  Controller ctl(clock_, config(/*cold=*/100));
+  ctl.observe_load(0, 0);  // an idle engine: no price, only the budget binds
+  const std::vector<Candidate> cands = {{0, 3000, Footprint{1500, 0.001}},
+                                        {1, 600, Footprint{1500, 0.001}}};
+  // An empty budget: both are worth filling.
+  ASSERT_TRUE(ctl.open_branch(1, kClass).open);
+  const FillDecision first = ctl.admit(1, cands, 2);
+  EXPECT_EQ(first.admitted.size(), 2u);
+  EXPECT_EQ(ctl.stats().reserve_refused, 0u);
+  // Fill the budget (16 fills) to 14 with the likely candidates of other branches.
+  for (BranchId b = 2; ctl.fills_in_flight() < 14; ++b) {
+    ASSERT_TRUE(ctl.open_branch(b, kClass).open);
+    ctl.admit(b, cands, 1);
+  }
+  ASSERT_EQ(ctl.fills_in_flight(), 14);
+  EXPECT_EQ(ctl.stats().reserve_refused, 0u);
+  EXPECT_GT(ctl.budget_reserve(), 0);
+  ASSERT_TRUE(ctl.open_branch(100, kClass).open);
+  const FillDecision late = ctl.admit(100, cands, 2);
+  ASSERT_EQ(late.admitted.size(), 1u);  // the likely one only
+  EXPECT_EQ(late.admitted[0].candidate, 0u);
+  EXPECT_EQ(ctl.stats().reserve_refused, 1u);
+}
+
 TEST_F(ControllerTest, SetupIsChargedWhetherOrNotThePredictorProducedAnything) {
   Controller ctl(clock_, config());
   ASSERT_TRUE(ctl.open_branch(7, kClass).open);
