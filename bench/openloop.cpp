@@ -35,8 +35,8 @@ const std::vector<std::string>& bench_workloads() {
 }
 
 const std::vector<std::string>& bench_arms() {
-  static const std::vector<std::string> a = {"floor",   "c1-only", "c2-only", "full",  "instcache",
-                                             "helium+", "spagent", "static",  "always"};
+  static const std::vector<std::string> a = {"floor",   "c1-only", "c2-only", "full",   "instcache",
+                                             "helium+", "spagent", "dsp",     "static", "always"};
   return a;
 }
 
@@ -90,9 +90,15 @@ Arm arm_of(const std::string& name) {
   }
   if (name == "spagent") {
     a.fills = a.private_fills = true;
-    a.fanout = 1;  // the next action only
-    a.fill_depth = 1;
+    a.fanout = 1;      // the next action only, whatever it is ...
+    a.fill_depth = 0;  // ... model stages included, down its whole chain
     a.policy = admission::AdmissionPolicy::threshold;
+  }
+  if (name == "dsp") {
+    a.fills = a.private_fills = true;
+    a.fanout = 1;      // one speculative plan ...
+    a.fill_depth = 0;  // ... as deep as the chain goes, when it is worth its cost
+    a.policy = admission::AdmissionPolicy::unpriced;
   }
   return a;
 }

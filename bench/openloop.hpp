@@ -12,8 +12,13 @@
 //   helium+    exact per-stage result caching at the harness (every stage the template marks
 //              safe to run twice, keyed by its exact body) with identical in-flight calls
 //              coalesced, and no speculation;
-//   spagent    speculation whose results serve only the run that made them, one stage deep,
-//              admitted by a fixed confidence threshold (p >= 0.5), no cross-request reuse;
+//   spagent    speculation of the next action only (the top candidate), whatever it is, model
+//              stages included, down its whole chain; admitted by a fixed confidence threshold
+//              (p >= 0.5); its results serve only the run that made them (an in-request
+//              buffer), no cross-request reuse;
+//   dsp        a speculative plan as deep as the chain goes, for the top candidate, admitted by
+//              a latency-cost objective that does not see the load (p G > (1 - p) T, with T
+//              the fill's own engine time); in-request only, like spagent;
 //   static     full dynrt with fixed-load admission (opens only at low load, fixed threshold);
 //   always     full dynrt whose gates always open and admit every candidate the budgets allow.
 // Accuracy is the share of runs whose every response is byte-identical to the floor's.

@@ -6,8 +6,10 @@
 // is the most the floor can sustain. Each
 // load u then runs the workload's trace with Poisson arrivals at u times that rate, for every
 // arm and seed, each cell in simulated time (bench/sim_world.hpp). The first 20% and the last
-// 10% of the runs are left out of the latency figures (the engine filling from empty, and the
-// load falling away as the trace ends); fills and engine time count every run.
+// 10% of the runs are left out of the latency figures (the engine filling from empty and the
+// controller learning, and the load falling away as the trace ends); where 20% of the runs
+// would arrive within 30 simulated seconds, the runs of those seconds are added in front and
+// left out instead. Fills and engine time count every run.
 //
 // Per (workload, load, arm) it reports the mean latency over seeds with its standard deviation,
 // p50 and p99, the ratio to the floor of the same seed, fills issued and consumed per request,

@@ -20,6 +20,8 @@ std::string_view to_string(AdmissionPolicy p) {
       return "priced-generation";
     case AdmissionPolicy::priced_fills:
       return "priced-fills";
+    case AdmissionPolicy::unpriced:
+      return "unpriced";
   }
   return "priced";
 }
@@ -27,7 +29,7 @@ std::string_view to_string(AdmissionPolicy p) {
 std::optional<AdmissionPolicy> admission_policy_from(std::string_view name) {
   for (const auto p : {AdmissionPolicy::priced, AdmissionPolicy::threshold, AdmissionPolicy::always,
                        AdmissionPolicy::fixed_load, AdmissionPolicy::priced_generation,
-                       AdmissionPolicy::priced_fills})
+                       AdmissionPolicy::priced_fills, AdmissionPolicy::unpriced})
     if (to_string(p) == name) return p;
   return std::nullopt;
 }
@@ -242,7 +244,13 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
     for (std::size_t i = 0; i < priced.size() && budget.fills > 0; ++i) {
       const bool all = config_.policy == AdmissionPolicy::always ||
                        config_.policy == AdmissionPolicy::priced_generation;
-      if (!all && c.selection.upper(candidates[i].rank) < config_.fixed_threshold) continue;
+      const double confidence = c.selection.upper(candidates[i].rank);
+      if (config_.policy == AdmissionPolicy::unpriced) {
+        const double own = priced[i].footprint.slot_ms;
+        if (confidence * priced[i].gain_ms - (1.0 - confidence) * own <= 0) continue;
+      } else if (!all && confidence < config_.fixed_threshold) {
+        continue;
+      }
       if (!feasible(budget, priced[i].footprint) || !hooks.reserve(i)) continue;
       const double cost = curves_.cost(out.view, priced[i].footprint);
       steps.push_back(Step{i, utility(priced[i], out.view, curves_), cost, false});

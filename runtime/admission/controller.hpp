@@ -59,6 +59,11 @@ enum class AdmissionPolicy {
   // The two halves of `priced`, for the two-level ablation (the paper's Figure 13a):
   priced_generation,  ///< Action 0 priced; Action 1 admits every candidate the budgets allow
   priced_fills,       ///< Action 0 always open; Action 1 by sequential repricing
+  // A latency-cost objective that does not see the load (the DSP baseline): Action 0 always
+  // open; Action 1 admits a candidate when its selection confidence p gives
+  // p G - (1 - p) T > 0, with T the fill's own engine time (its slot time): Eq. 6 with a
+  // price of one ms of delay per ms of fill, whatever the load.
+  unpriced,
 };
 
 std::string_view to_string(AdmissionPolicy p);

@@ -36,7 +36,7 @@ with tempfile.TemporaryDirectory() as tmp:
     records = doc["records"]
     arms = {rec["arm"] for rec in records}
     check(arms == {"floor", "c1-only", "c2-only", "full", "instcache", "helium+", "spagent",
-                   "static", "always"}, "every arm has a record: %s" % sorted(arms))
+                   "dsp", "static", "always"}, "every arm has a record: %s" % sorted(arms))
     for rec in records:
         missing = [k for k in FIELDS if k not in rec]
         check(not missing, "%s has every field (missing %s)" % (rec["arm"], missing))

@@ -519,6 +519,26 @@ TEST_F(ControllerTest, ThresholdPolicyAdmitsOnlyCandidatesWhoseSelectionConfiden
   EXPECT_EQ(d.admitted[0].candidate, 0u);
 }
 
+// The load-blind policy (the DSP baseline) weighs a candidate's gain against its own engine
+// time, whatever the load: the same candidates at an idle and at a busy engine.
+TEST_F(ControllerTest, UnpricedPolicyWeighsGainAgainstTheFillsOwnTimeWhateverTheLoad) {
+  AdmissionConfig c = config();
+  c.policy = AdmissionPolicy::unpriced;
+  // Prior confidence 0.5 (upper quantile of Beta(1, 1) at t = 0 is higher, but below 1):
+  // worth it when p G > (1 - p) T. A gain of 3 s against 0.5 s of engine time passes; a
+  // gain of 0.1 s against 5 s does not.
+  const std::vector<Candidate> cands = {{0, 3000, Footprint{500, 0.001}},
+                                        {1, 100, Footprint{5000, 0.001}}};
+  for (const double rho : {0.0, 0.9}) {
+    Controller ctl(clock_, c);
+    ctl.observe_load(rho, 0);
+    ASSERT_TRUE(ctl.open_branch(1, kClass).open);
+    const FillDecision d = ctl.admit(1, cands, 2);
+    ASSERT_EQ(d.admitted.size(), 1u) << "rho " << rho;
+    EXPECT_EQ(d.admitted[0].candidate, 0u);
+  }
+}
+
 TEST_F(ControllerTest, StaticPolicyOpensOnlyBelowItsLoadLimits) {
   AdmissionConfig c = config();
   c.policy = AdmissionPolicy::fixed_load;
@@ -598,7 +618,7 @@ TEST_F(ControllerTest, HalfPricedPoliciesPriceOneGateAndOpenTheOther) {
 TEST(AdmissionPolicy, NamesRoundTrip) {
   for (const auto p : {AdmissionPolicy::priced, AdmissionPolicy::threshold, AdmissionPolicy::always,
                        AdmissionPolicy::fixed_load, AdmissionPolicy::priced_generation,
-                       AdmissionPolicy::priced_fills})
+                       AdmissionPolicy::priced_fills, AdmissionPolicy::unpriced})
     EXPECT_EQ(admission_policy_from(to_string(p)), p);
   EXPECT_EQ(admission_policy_from("sometimes"), std::nullopt);
 }
