@@ -376,7 +376,7 @@ struct PricingState {
     // Otherwise the configured pool size (RuntimeConfig::kv_tokens) stands.
     if (p.kv_tokens) costs.set_kv_tokens(*p.kv_tokens);
     controller->set_decode_slots(p.slots);
-    controller->observe_load(p.canonical, p.queued);
+    controller->observe_load(p.canonical, p.queued, p.kv);
   }
 
   // After every message: the board is what Runtime::stats() reads.

@@ -7,7 +7,8 @@ namespace dynrt::run {
 Pressure pressure_of(const std::vector<engines::LoadSnapshot>& loads, int configured_slots,
                      int canonical, int fills) {
   int slots = configured_slots, queued = 0, busy = 0;
-  double kv_total = 0;
+  double kv_total = 0, kv_share_sum = 0;
+  int kv_reporting = 0;
   for (const auto& s : loads) {
     if (!s.valid) continue;
     // Where the engine saturates: its compute-bound batch when it reports one.
@@ -16,6 +17,10 @@ Pressure pressure_of(const std::vector<engines::LoadSnapshot>& loads, int config
     queued += s.queued;
     busy += s.slots_busy;
     kv_total += s.kv_total;
+    if (s.kv_total > 0) {
+      kv_share_sum += s.kv_occupancy();
+      ++kv_reporting;
+    }
   }
   if (slots <= 0) slots = kDefaultDecodeSlots;
   Pressure p;
@@ -24,6 +29,8 @@ Pressure pressure_of(const std::vector<engines::LoadSnapshot>& loads, int config
   const int canonical_now = std::max(canonical, busy - fills);
   p.canonical = std::min(1.0, static_cast<double>(canonical_now) / slots);
   p.queued = std::min(1.0, static_cast<double>(queued) / slots);
+  // The mean over the engines that report a pool (replicas of one model share the load).
+  if (kv_reporting > 0) p.kv = std::clamp(kv_share_sum / kv_reporting, 0.0, 1.0);
   return p;
 }
 

@@ -21,6 +21,7 @@ struct Pressure {
   int slots = kDefaultDecodeSlots;  // the decode slots the shares below are of
   double canonical = 0;             // the share of decode slots canonical requests hold, in [0, 1]
   double queued = 0;                // the requests queued, as a share of the slots, in [0, 1]
+  double kv = 0;  // the engines' KV pool in use, in [0, 1] (0 when none reports one)
   // The engines' KV pool in tokens, when they report one (else the configured size stands).
   std::optional<double> kv_tokens;
 };

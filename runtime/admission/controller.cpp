@@ -74,12 +74,14 @@ void Controller::record_load() {
   v.fill = static_cast<double>(fills_in_flight_) / curves_.fill_slots();
   v.kv = kv_reserved_ / config_.prices.kv_budget;
   v.rho = rho_;
+  v.engine_kv = engine_kv_;
   envelope_.observe(clock_.now(), v);
 }
 
-void Controller::observe_load(double rho, double backlog) {
+void Controller::observe_load(double rho, double backlog, double engine_kv) {
   rho_ = std::clamp(rho, 0.0, 1.0);
   backlog_ = std::max(backlog, 0.0);
+  engine_kv_ = std::clamp(engine_kv, 0.0, 1.0);
   record_load();
 }
 

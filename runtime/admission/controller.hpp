@@ -162,7 +162,7 @@ class Controller {
   // Canonical pressure rho (canonical requests in flight / decode slots) and queue backlog
   // (queued requests / decode slots), from an engine snapshot or the periodic probe. Fill
   // and KV occupancy come from the controller's own reservations.
-  void observe_load(double rho, double backlog);
+  void observe_load(double rho, double backlog, double engine_kv = 0);
   LoadView view() const;  // V_H now
   const LoadEnvelope& envelope() const { return envelope_; }
   const PriceCurves& prices() const { return curves_; }
@@ -284,6 +284,7 @@ class Controller {
   double top_density_ = 0;  // EWMA of each branch's best utility per ms of slot time
   double rho_ = 0;
   double backlog_ = 0;
+  double engine_kv_ = 0;
   std::uint64_t rng_;
   AdmissionStats stats_;
 };

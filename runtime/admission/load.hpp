@@ -24,6 +24,9 @@ struct LoadView {
   double fill = 0;  // o_fill: fills in flight / fill budget
   double kv = 0;    // o_KV: reserved KV / fill KV budget
   double rho = 0;   // canonical pressure: canonical requests in flight / decode slots
+  // The engines' KV pool in use, canonical and fills together, as they report it (0: not
+  // reported). The KV price is the interference's slope at this occupancy.
+  double engine_kv = 0;
   friend bool operator==(const LoadView&, const LoadView&) = default;
 };
 

@@ -18,7 +18,10 @@ Prices PriceCurves::at(const LoadView& v) const {
   const double slot_use = std::min(std::max((canonical + fills) / p_.decode_slots, clamp01(v.fill)),
                                    p_.max_utilization);
   const double kv_use = std::min(clamp01(v.kv), p_.max_utilization);
-  const double share = std::max(clamp01(v.kv) * p_.kv_budget, p_.kv_floor);
+  // The stretch grows with all the KV in use (Fig. 5b's fit, k^1.52), so one more token costs
+  // most where the pool is already full: the slope at the engines' occupancy when they report
+  // it, else at the fills' own share.
+  const double share = std::max({clamp01(v.kv) * p_.kv_budget, clamp01(v.engine_kv), p_.kv_floor});
   const InterferenceModel& m = p_.interference;
   Prices out;
   // Per fill: its own stretch, plus the one-off sharing overhead spread over the fill budget.
@@ -36,6 +39,7 @@ LoadView PriceCurves::project(const LoadView& v, const Footprint& f) const {
   LoadView out = v;
   out.fill = v.fill + 1.0 / fill_slots_;
   out.kv = v.kv + f.kv_share / p_.kv_budget;
+  if (v.engine_kv > 0) out.engine_kv = std::min(1.0, v.engine_kv + f.kv_share);
   return out;
 }
 

@@ -10,9 +10,11 @@
 //   - slots: each co-resident request stretches every co-running canonical request by
 //     a = 0.025%, plus a one-off 4.5% once anything shares its batch; a per-fill price must be
 //     monotone, so that one-off overhead is spread over the fill budget (4.5% / 16 per fill);
-//   - KV: the stretch grows as 12.3 k^1.52 with the fills' share k of the KV pool; its
-//     derivative, at the current share (at least 3%, the smallest measured), is the price of a
-//     unit of KV share.
+//   - KV: the stretch grows as 12.3 k^1.52 with the share k of the KV pool in use; its
+//     derivative, at the engines' reported occupancy (or, unreported, at the fills' own share;
+//     at least 3%, the smallest measured), is the price of a unit of KV share. On a tight KV
+//     pool that canonical requests fill, a fill's KV costs several times what it would on an
+//     empty one.
 // Each is multiplied by the number of canonical requests in flight (rho * decode slots) and
 // by a congestion factor 1 / (1 - u) that steepens the price near capacity (u: the larger of
 // decode-slot utilization and fill-budget occupancy for the slot price, so that a nearly spent

@@ -67,5 +67,17 @@ TEST(Load, OnlyAPoolInTokensReplacesTheConfiguredKvSize) {
             100'000);
 }
 
+// The KV occupancy the price reads: the mean over the engines that report a pool, whether in
+// tokens (the simulated engine) or as a fraction (engines that export one).
+TEST(Load, KvOccupancyIsTheMeanOverTheEnginesThatReportAPool) {
+  auto tokens = snapshot(0, 8, 0, 100'000);
+  tokens.kv_used = 60'000;
+  auto fraction = snapshot(0, 8, 0, 1);
+  fraction.kv_used = 0.2;
+  const auto silent = snapshot(0, 8, 0, 0);
+  EXPECT_DOUBLE_EQ(pressure_of({tokens, fraction, silent}, 0, 0, 0).kv, 0.4);
+  EXPECT_EQ(pressure_of({silent}, 0, 0, 0).kv, 0);
+}
+
 }  // namespace
 }  // namespace dynrt::run

@@ -177,6 +177,22 @@ TEST(Prices, SteepenAsTheFillBudgetFills) {
   EXPECT_EQ(curves.at(LoadView{1.0, 0, 0}).slot, 0);
 }
 
+// The interference grows with all the KV in use, canonical requests' too: on a pool the
+// engines report 60% full, a unit of KV is priced at the curve's slope at 60%, not at the
+// fills' own 3% floor; unreported, the fills' share stands.
+TEST(Prices, KvIsPricedAtTheEnginesOccupancy) {
+  const PriceCurves curves;
+  LoadView busy{0, 0, 0.5};
+  busy.engine_kv = 0.6;
+  const double at = 32 * 12.3 * 1.52 * std::pow(0.6, 0.52);
+  EXPECT_NEAR(curves.at(busy).kv, at, 1e-9);
+  EXPECT_NEAR(curves.at(busy).kv / curves.at(LoadView{0, 0, 0.5}).kv, std::pow(0.6 / 0.03, 0.52),
+              1e-9);
+  // A fill's projected KV adds to the engines' occupancy when they report one.
+  EXPECT_NEAR(curves.project(busy, Footprint{1000, 0.05}).engine_kv, 0.65, 1e-12);
+  EXPECT_EQ(curves.project(LoadView{0, 0, 0.5}, Footprint{1000, 0.05}).engine_kv, 0);
+}
+
 TEST(Prices, ProjectionAddsOneFillAndItsKv) {
   const PriceCurves curves;
   const LoadView v = curves.project(LoadView{0.25, 0.1, 0.4}, Footprint{1000, 0.05});
@@ -188,11 +204,12 @@ TEST(Prices, ProjectionAddsOneFillAndItsKv) {
 RC_GTEST_PROP(Prices, AreMonotoneComponentwise, ()) {
   const PriceCurves curves;
   const auto unit = [] { return *rc::gen::inRange(0, 1001) / 1000.0; };
-  const LoadView a{unit(), unit(), unit()};
+  const LoadView a{unit(), unit(), unit(), unit()};
   LoadView b = a;
   b.fill = std::min(1.0, a.fill + unit() / 4);
   b.kv = std::min(1.0, a.kv + unit() / 4);
   b.rho = std::min(1.0, a.rho + unit() / 4);
+  b.engine_kv = std::min(1.0, a.engine_kv + unit() / 4);
   const Prices pa = curves.at(a);
   const Prices pb = curves.at(b);
   RC_ASSERT(pb.slot >= pa.slot - 1e-12);
