@@ -420,27 +420,33 @@ const std::vector<BurstyPhase>& bursty_phases() {
 
 namespace {
 
-// The bursty trace of one seed: the workload's runs in four phases, the arrivals of each at its
-// phase's rate after the previous phase's last; phase C's runs mostly replaced by exact repeats
-// of popular ones (under ids of their own). `phase_of` gets each run's phase.
+constexpr std::size_t kWarmupPhase = static_cast<std::size_t>(-1);
+
+// The bursty trace of one seed: `warm` runs of warm-up at the first phase's rate (phase
+// kWarmupPhase, left out of every figure), then the workload's runs in four phases, the
+// arrivals of each at its phase's rate after the previous phase's last; phase C's runs mostly
+// replaced by exact repeats of popular ones (under ids of their own). `phase_of` gets each
+// run's phase.
 Workload bursty_workload(const dsl::TemplateGraph& g, const SweepOptions& o, std::uint64_t seed,
-                         double saturation, std::vector<double>& arrival_s,
+                         double saturation, std::size_t warm, std::vector<double>& arrival_s,
                          std::vector<std::size_t>& phase_of) {
-  Workload w = bench_workload(g, seed, o.requests, o.predictability, o.repeat_rate);
+  Workload w = bench_workload(g, seed, o.requests + warm, o.predictability, o.repeat_rate);
   const auto& phases = bursty_phases();
-  const std::size_t n = w.runs.size(), per = std::max<std::size_t>(1, n / phases.size());
+  const std::size_t n = w.runs.size();
+  const std::size_t per = std::max<std::size_t>(1, o.requests / phases.size());
   std::mt19937_64 rng(seed * 7'919 + 17);
   std::uniform_real_distribution<double> coin(0, 1);
   arrival_s.assign(n, 0);
   phase_of.assign(n, 0);
   double t = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t ph = std::min(i / per, phases.size() - 1);
-    phase_of[i] = ph;
+    const std::size_t ph = i < warm ? 0 : std::min((i - warm) / per, phases.size() - 1);
+    phase_of[i] = i < warm ? kWarmupPhase : ph;
     std::exponential_distribution<double> gap(phases[ph].load * saturation);
     t += gap(rng);
     arrival_s[i] = t;
-    if (phases[ph].repeat_share > 0 && !w.popular.empty() && coin(rng) < phases[ph].repeat_share) {
+    if (i >= warm && phases[ph].repeat_share > 0 && !w.popular.empty() &&
+        coin(rng) < phases[ph].repeat_share) {
       const std::size_t k =
           static_cast<std::size_t>(coin(rng) * coin(rng) * static_cast<double>(w.popular.size()));
       Run r = w.popular[std::min(k, w.popular.size() - 1)];
@@ -502,16 +508,20 @@ BurstyResult run_bursty(const SweepOptions& o) {
       bo.seed = seed;
       std::vector<double> at;
       std::vector<std::size_t> phase_of;
-      const Workload w = bursty_workload(g, o, seed, sat.rate, at, phase_of);
+      // The same warm-up as a sweep cell's: the first 30 simulated seconds, at phase A's rate.
+      const auto warm = static_cast<std::size_t>(
+          std::ceil(bursty_phases().front().load * sat.rate * kWarmupSeconds));
+      const Workload w = bursty_workload(g, o, seed, sat.rate, warm, at, phase_of);
       Trace t{&g, &w, at, 0};
       std::ostringstream line;
       line << name << " bursty seed " << seed << ":";
       std::vector<std::vector<double>> latency;
-      const auto arm_cells = run_arms(arms, bo, t, 0, w.runs.size(), &latency, line);
+      const auto arm_cells = run_arms(arms, bo, t, warm, w.runs.size(), &latency, line);
       for (std::size_t a = 0; a < arms.size(); ++a) {
         std::vector<std::vector<double>> by_phase(phases);
         for (std::size_t i = 0; i < latency[a].size(); ++i)
-          if (latency[a][i] >= 0) by_phase[phase_of[i]].push_back(latency[a][i]);
+          if (latency[a][i] >= 0 && phase_of[i] != kWarmupPhase)
+            by_phase[phase_of[i]].push_back(latency[a][i]);
         std::vector<double> means;
         for (const auto& v : by_phase)
           means.push_back(mean(v));
@@ -554,7 +564,9 @@ BurstyResult run_bursty(const SweepOptions& o) {
 std::string format_bursty(const SweepOptions& o, const BurstyResult& r) {
   std::ostringstream md;
   heading(md, "dynrt bench bursty", o);
-  md << o.requests << " runs per trace in four phases:";
+  md << o.requests
+     << " runs per trace in four phases, after 30 simulated seconds of warm-up at phase A's "
+        "rate (left out):";
   for (const auto& p : bursty_phases()) {
     md << ' ' << p.name << " at " << p.load << "× saturation";
     if (p.repeat_share > 0) md << " (" << p.repeat_share * 100 << "% exact repeats)";

@@ -104,7 +104,8 @@ std::string format_sweep(const SweepOptions& options, const SweepResult& result)
 // A quiet (kBurstyLoads[0] of the saturation rate), B a burst, C the burst's rate with most
 // runs exact repeats of popular ones (reuse-heavy), D quiet again (recovery). Every arm replays
 // the same trace, per seed; the whole trace's mean latency is compared (the loads option is
-// unused).
+// unused). The trace starts with 30 simulated seconds of warm-up at A's rate, left out of
+// every figure, as a sweep cell's does: it measures a deployment that has been running.
 struct BurstyPhase {
   std::string name;  // A B C D
   double load = 0;

@@ -244,12 +244,15 @@ void add_sweep(CLI::App& bench, const std::string& kind, std::function<int()>& r
         "sweep", "Latency against load: every arm at fractions of the floor's saturation rate");
     cmd->footer(
         "Finds the rate at which the floor saturates the simulated engine for each workload (a\n"
-        "burst of runs arriving at once), then runs every arm at each load (a fraction of that\n"
-        "rate) for each seed, in simulated time. Writes OUT/results.md (per workload: the\n"
-        "saturation rate, mean latency ± 1 s.d. over seeds per load and arm, fills and wasted\n"
-        "engine time), OUT/results.json (one record per cell: workload, profile, load, rate,\n"
-        "arm, seed, mean_s, p99_s, accuracy, fills_issued, fills_consumed, wasted_engine_s, ...;\n"
-        "and the points over seeds) and OUT/plots/*.png. See docs/benchmarks.md.");
+        "burst of runs arriving at once: 90% of them over the time until 90% finished), then\n"
+        "runs every arm at each load (a fraction of that rate) for each seed, in simulated\n"
+        "time. The first 20% of the runs, or the first 30 simulated seconds if longer (runs\n"
+        "are added), and the last 10% are left out of the latencies. Writes OUT/results.md\n"
+        "(per workload: the saturation rate, mean latency ± 1 s.d. over seeds per load and\n"
+        "arm, fills and wasted engine time), OUT/results.json (one record per cell: workload,\n"
+        "profile, load, rate, arm, seed, mean_s, p99_s, accuracy, fills_issued,\n"
+        "fills_consumed, wasted_engine_s, ...; and the points over seeds) and OUT/plots/*.png.\n"
+        "See docs/benchmarks.md.");
   } else if (kind == "ablation") {
     cmd = bench.add_subcommand(
         "ablation", "The two admission gates priced or open, and fixed thresholds (Figure 13)");
@@ -267,7 +270,8 @@ void add_sweep(CLI::App& bench, const std::string& kind, std::function<int()>& r
     cmd->footer(
         "Finds the floor's saturation rate for each workload, then replays one trace of four\n"
         "phases with as many runs each (A at 0.15 of saturation, B at 0.9, C at 0.9 with 90%\n"
-        "exact repeats, D at 0.15) through every arm, per seed, in simulated time. Writes\n"
+        "exact repeats, D at 0.15), after 30 simulated seconds of warm-up at A's rate (left\n"
+        "out), through every arm, per seed, in simulated time. Writes\n"
         "OUT/results.md (mean latency per arm over the whole trace and per phase) and\n"
         "OUT/results.json. See docs/benchmarks.md.");
   }
