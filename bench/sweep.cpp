@@ -38,10 +38,15 @@ struct Trim {
   std::size_t measure_to = 0;
 };
 
+// The runs that arrive in the first kWarmupSeconds at `rate`.
+std::size_t timed_warmup(double rate) {
+  return static_cast<std::size_t>(std::ceil(rate * kWarmupSeconds));
+}
+
 Trim trim(std::size_t requests, double rate) {
   const auto warm = static_cast<std::size_t>(kWarmupShare * static_cast<double>(requests));
   const auto drain = static_cast<std::size_t>(kDrainShare * static_cast<double>(requests));
-  const auto timed = static_cast<std::size_t>(std::ceil(rate * kWarmupSeconds));
+  const std::size_t timed = timed_warmup(rate);
   const std::size_t extra = timed > warm ? timed - warm : 0;
   return Trim{requests + extra, warm + extra, requests + extra - drain};
 }
@@ -509,8 +514,7 @@ BurstyResult run_bursty(const SweepOptions& o) {
       std::vector<double> at;
       std::vector<std::size_t> phase_of;
       // The same warm-up as a sweep cell's: the first 30 simulated seconds, at phase A's rate.
-      const auto warm = static_cast<std::size_t>(
-          std::ceil(bursty_phases().front().load * sat.rate * kWarmupSeconds));
+      const std::size_t warm = timed_warmup(bursty_phases().front().load * sat.rate);
       const Workload w = bursty_workload(g, o, seed, sat.rate, warm, at, phase_of);
       Trace t{&g, &w, at, 0};
       std::ostringstream line;

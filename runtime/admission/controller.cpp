@@ -248,8 +248,9 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
                        config_.policy == AdmissionPolicy::priced_generation;
       const double confidence = c.selection.upper(candidates[i].rank);
       if (config_.policy == AdmissionPolicy::unpriced) {
-        const double own = priced[i].footprint.slot_ms;
-        if (confidence * priced[i].gain_ms - (1.0 - confidence) * own <= 0) continue;
+        // Eq. 7 with the fill's own engine time as its cost.
+        const auto t = threshold(priced[i].gain_ms, priced[i].footprint.slot_ms);
+        if (!t || confidence <= *t) continue;
       } else if (!all && confidence < config_.fixed_threshold) {
         continue;
       }
@@ -265,7 +266,6 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
         FillChoice{s.index, made[s.index], priced[s.index].p, s.utility, s.cost_ms, s.audit});
     b->reservations.push_back(made[s.index]);
     Reservation& r = reservations_.at(made[s.index]);
-    r.cost_ms = s.cost_ms;
     r.rank = candidates[s.index].rank;
     b->charged.emplace_back(r.rank, s.cost_ms);
     b->y -= s.cost_ms;  // Eq. 4: the fills this branch enabled
@@ -319,14 +319,8 @@ void Controller::consumed(BranchId branch, std::size_t rank, double saved_ms) {
   if (!b) return;
   learn_usability(state(b->coordinate), true);
   ++b->consumed;
-  double back = 0;  // its price, given back once (see the header)
-  for (auto& [r, ms] : b->charged)
-    if (r == rank) back += std::exchange(ms, 0.0);
-  if (b->settled) {
-    revise(branch, saved_ms + back);
-  } else {
-    b->y += saved_ms + back;  // Eq. 4: the execution a consumed fill saved
-  }
+  // Eq. 4: the execution a consumed fill saved, and its price back (see the header).
+  revise(branch, saved_ms + give_back(*b, rank));
 }
 
 void Controller::credit(BranchId branch, double saved_ms) {
@@ -357,18 +351,16 @@ int Controller::fills_in_flight(std::string_view tenant) const {
 
 void Controller::refund(ReservationId reservation) {
   const auto it = reservations_.find(reservation);
-  if (it == reservations_.end() || it->second.cost_ms == 0) return;
-  const double cost = it->second.cost_ms;
-  it->second.cost_ms = 0;
-  if (Branch* b = find(it->second.branch)) {
-    for (auto& [r, ms] : b->charged)
-      if (r == it->second.rank) ms = 0;
-    if (b->settled) {
-      revise(it->second.branch, cost);
-    } else {
-      b->y += cost;
-    }
-  }
+  if (it == reservations_.end()) return;
+  if (Branch* b = find(it->second.branch))
+    revise(it->second.branch, give_back(*b, it->second.rank));
+}
+
+double Controller::give_back(Branch& b, std::size_t rank) {
+  double back = 0;
+  for (auto& [r, ms] : b.charged)
+    if (r == rank) back += std::exchange(ms, 0.0);
+  return back;
 }
 
 void Controller::release(ReservationId reservation) {

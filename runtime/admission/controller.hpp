@@ -255,10 +255,12 @@ class Controller {
     BranchId branch;
     double kv_share;
     std::string tenant;
-    double cost_ms = 0;    // the price charged to the branch's return at admission
     std::size_t rank = 0;  // the candidate it was admitted for
   };
 
+  // The price still charged for the branch's fill of candidate `rank`, now given back (0 when
+  // it already was).
+  double give_back(Branch& b, std::size_t rank);
   double uniform();
   ClassState& state(const Hash128& coordinate);
   static void learn_usability(ClassState& c, bool usable);
