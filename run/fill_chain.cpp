@@ -21,6 +21,7 @@ void FillChain::finish(FillStatus status, FillEffects& fx) {
   finished_ = true;
   executing_ = false;
   if (announced_) fx.push_back(Ended{*std::exchange(announced_, std::nullopt), false});
+  if (next_) fx.push_back(Ended{*std::exchange(next_, std::nullopt), false});
   fx.push_back(Finish{status, engine_time_});
 }
 
@@ -35,7 +36,12 @@ void FillChain::next_stage(FillEffects& fx) {
   const Hash128 name = stage_name(config_.policy, s, request_->endpoint, request_->body,
                                   config_.caller, config_.run);
   announced_ = name;
-  fx.push_back(Announce{name});
+  // Announced already when the previous stage completed (see executed()), unless it rendered
+  // differently then.
+  if (const auto early = std::exchange(next_, std::nullopt); early != name) {
+    if (early) fx.push_back(Ended{*early, false});
+    fx.push_back(Announce{name});
+  }
   if (!config_.policy.reuse) return run_on_engine(fx);
   busy_ = true;
   fx.push_back(Probe{name, ServeQuery{true, false, true}});
@@ -104,8 +110,29 @@ FillEffects FillChain::executed(std::uint64_t tag, const ExecResult& r) {
   insert_ = std::make_shared<const csl::Insert>(
       insert_of(*announced_, r.result, std::move(reads_), producers_of(s, producers_),
                 {csl::Origin::fill, config_.id, config_.branch}, ttl_of(*config_.graph, s)));
+  announce_next(insert_->bytes, fx);
   fx.push_back(Store{insert_});
   return fx;
+}
+
+// Once the shadow is in the library a demand can be promoted from it, and its caller's next
+// call may reach the workflow before the library's answer reaches this fill. So the next stage
+// is announced now, ahead of the store: that call then waits for the fill instead of running.
+void FillChain::announce_next(const std::string& bytes, FillEffects& fx) {
+  if (step_ + 1 >= config_.chain.size()) return;
+  const auto doc = nlohmann::json::parse(bytes, nullptr, false);
+  if (doc.is_discarded()) return;
+  const auto outs = dsl::read_outputs(stage(), doc);
+  if (!outs) return;
+  auto vars = vars_;
+  for (auto& [k, v] : *outs)
+    vars[k] = v;
+  const auto& s = config_.graph->stages[config_.chain[step_ + 1]];
+  const auto rendered = dsl::render_stage(s, vars);
+  if (!rendered) return;
+  next_ = stage_name(config_.policy, s, rendered->endpoint, rendered->body, config_.caller,
+                     config_.run);
+  fx.push_back(Announce{*next_});
 }
 
 FillEffects FillChain::stored(const std::optional<csl::InsertResult>& res) {

@@ -11,10 +11,10 @@
 //     │                                                     ─► the branch keeps it ─► next stage
 //     └ (reuse off) ─► snapshot ─► execute ─► ...
 //
-// The next stage is announced before the current one's end, so that a demand answered from the
-// current stage (its caller then sends the next stage's demand) finds the next stage's fill
-// running and waits for it instead of racing it to the engine. A cancel ends the chain at once
-// unless a library call is in flight (a shadow it stores must be discarded first). Anything
+// The next stage is announced before the current one's shadow is stored, so that a demand
+// answered from the current stage (its caller then sends the next stage's demand) finds the next
+// stage's fill running and waits for it instead of racing it to the engine. A cancel ends the chain
+// at once unless a library call is in flight (a shadow it stores must be discarded first). Anything
 // abnormal ends it too: a miss, never a wrong answer.
 #pragma once
 
@@ -120,6 +120,7 @@ class FillChain {
   const dsl::Stage& stage() const { return config_.graph->stages[config_.chain[step_]]; }
   void next_stage(FillEffects& fx);
   void run_on_engine(FillEffects& fx);
+  void announce_next(const std::string& bytes, FillEffects& fx);
   void advance(const std::string& bytes, csl::EntryRef ref, bool stored, FillEffects& fx);
   void finish(branch::FillStatus status, FillEffects& fx);
 
@@ -129,6 +130,7 @@ class FillChain {
   std::size_t step_ = 0;
   std::optional<dsl::RenderedRequest> request_;  // the current stage's
   std::optional<Hash128> announced_;             // the current stage's name, once announced
+  std::optional<Hash128> next_;  // the next stage's, announced while the current one is stored
   ReadRefs reads_;
   InsertPtr insert_;  // the current stage's shadow, while it is stored
   std::uint64_t tag_ = 0;

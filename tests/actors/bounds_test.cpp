@@ -38,18 +38,6 @@ std::size_t served(const std::vector<RunResult>& runs, const std::string& stage,
   return n;
 }
 
-// Waits (bounded) until `done(stats)` holds; returns the last statistics read.
-template <class Done>
-RuntimeStats await_stats(const Runtime& rt, Done done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  RuntimeStats s = rt.stats();
-  while (!done(s) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::yield();
-    s = rt.stats();
-  }
-  return s;
-}
-
 // A burst of concurrent runs used to leave fill slots reserved with no fill running (a branch
 // that ended while Action 1 was answering never released what it was granted, and one that
 // ended before Action 0 answered left its cold trial pending for ever), after which every

@@ -152,7 +152,8 @@ TEST(EarlyFill, HandlerAndExecutorAreServedFromTheFillWithoutEngineWork) {
   };
   const auto r = rig.drive(run, o);
   ASSERT_TRUE(r.ok()) << r.error;
-  const auto st = rig.runtime->stats();
+  const auto st =
+      await_stats(*rig.runtime, [](const RuntimeStats& s) { return s.fills_consumed >= 2; });
   EXPECT_EQ(st.served_fill, 4u);  // two turns, handler and executor each
   EXPECT_EQ(st.wait_timeouts, 0u) << "a demand stopped waiting and ran the stage itself";
   EXPECT_GE(st.fills_consumed, 2u);
