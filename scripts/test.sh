@@ -5,7 +5,7 @@
 #      every ctest test there: unit, golden, CLI, e2e, the load smoke test, the history checker
 #      and the fuzz-corpus replays;
 #   2. builds the test programs again under AddressSanitizer and UndefinedBehaviorSanitizer
-#      (build-san-address-undefined/, -O1 -g1, via scripts/sanitize.sh address,undefined) and
+#      (build-san-address-undefined/, -Og -g1, via scripts/sanitize.sh address,undefined) and
 #      runs the same whole ctest suite there, so a leak, an overflow or undefined behaviour
 #      anywhere fails the run (DYNRT_SANITIZE=0 skips it, for a quicker local run);
 #   3. runs the engines' tests under ThreadSanitizer (DYNRT_TSAN=0 skips it);
