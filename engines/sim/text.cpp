@@ -110,7 +110,19 @@ Hash128 content_key(const json& body) {
 }
 
 void Script::add_exact(const json& body, std::string response) {
+  exact_added_.emplace_back(body, response);
   exact_[content_key(body)] = std::move(response);
+}
+
+void Script::write_jsonl(std::ostream& out) const {
+  for (const auto& [body, response] : exact_added_)
+    out << json{{"request", body}, {"response", response}}.dump(-1, ' ', false,
+                                                                json::error_handler_t::replace)
+        << '\n';
+  for (const auto& [needle, response] : contains_)
+    out << json{{"contains", needle}, {"response", response}}.dump(-1, ' ', false,
+                                                                   json::error_handler_t::replace)
+        << '\n';
 }
 
 void Script::add_contains(std::string needle, std::string response) {

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -36,9 +37,13 @@ class Script {
   void add_contains(std::string needle, std::string response);
   const std::string* find(const nlohmann::json& body) const;
   std::size_t size() const { return exact_.size() + contains_.size(); }
+  // The script as parse() reads it, one entry per line in the order they were added (a later
+  // exact entry for the same content wins, there as here).
+  void write_jsonl(std::ostream& out) const;
 
  private:
   std::unordered_map<Hash128, std::string> exact_;
+  std::vector<std::pair<nlohmann::json, std::string>> exact_added_;  // for write_jsonl
   std::vector<std::pair<std::string, std::string>> contains_;
 };
 

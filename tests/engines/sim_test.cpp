@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <future>
+#include <sstream>
 
 namespace dynrt::engines::sim {
 namespace {
@@ -397,6 +398,32 @@ TEST(SimOutput, ScriptsAnswerExactRequestsAndNeedles) {
   EXPECT_EQ(text(chat("tell me about Oslo", 50)), "Oslo is in Norway");
   EXPECT_FALSE(Script::parse("{\"response\": 1}").ok());
   EXPECT_FALSE(Script::parse("not json").ok());
+}
+
+// A script written out reads back the same: `dynrt bench sweep --http` hands a workload's
+// script to dynrt-sim-engine this way. A later exact entry for the same content still wins.
+TEST(SimOutput, AWrittenScriptReadsBackTheSame) {
+  const EngineRequest a = chat("route: rain in Oslo?", 50);
+  const EngineRequest b = chat("mail Bob \"the\" agenda\n", 50);
+  Script s;
+  s.add_exact(a.body, "HANDLER: weather");
+  s.add_exact(b.body, "first");
+  s.add_exact(b.body, "HANDLER: email");
+  s.add_contains("Oslo", "Oslo is in Norway");
+  std::ostringstream out;
+  s.write_jsonl(out);
+  const auto back = Script::parse(out.str());
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->size(), s.size());
+  for (const auto& r : {a, b, chat("tell me about Oslo", 50), chat("nothing scripted", 50)}) {
+    const std::string* want = s.find(r.body);
+    const std::string* got = back->find(r.body);
+    ASSERT_EQ(want == nullptr, got == nullptr);
+    if (want) {
+      EXPECT_EQ(*got, *want);
+    }
+  }
+  EXPECT_EQ(*back->find(b.body), "HANDLER: email");
 }
 
 TEST(SimOutput, StopSequencesAndMaxTokens) {
