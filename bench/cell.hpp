@@ -72,6 +72,11 @@ Graphs load_graphs(const std::string& templates, const std::vector<std::string>&
 // The floor first, then the arms asked for (every arm when none is).
 std::vector<std::string> arms_with_floor(const std::vector<std::string>& asked);
 
+// A cell's figures from its runs (latency -1: failed, with its error): completed, failures and
+// the first one, mean/p50/p99 over the measured runs, accuracy against cx.floor_bodies.
+void tally_runs(const CellContext& cx, const std::vector<double>& latency,
+                const std::vector<std::string>& errors, const Bodies& bodies, CellResult& res);
+
 double mean(const std::vector<double>& v);
 double percentile(std::vector<double> v, double p);  // nearest rank
 void set_ratio(CellResult& c, const CellResult& floor);

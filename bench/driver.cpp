@@ -160,9 +160,9 @@ namespace {
 // One run in flight without a thread of its own: its state lives here, kept alive by the
 // callbacks that will continue it.
 struct AsyncRun : std::enable_shared_from_this<AsyncRun> {
-  AsyncRun(Runtime& runtime, const dsl::TemplateGraph& graph, Run r, AsyncDriveOptions o,
+  AsyncRun(Send transport, const dsl::TemplateGraph& graph, Run r, AsyncDriveOptions o,
            std::function<void(RunResult)> on_done)
-      : rt(runtime),
+      : send_to(std::move(transport)),
         g(graph),
         run(std::move(r)),
         options(std::move(o)),
@@ -206,11 +206,10 @@ struct AsyncRun : std::enable_shared_from_this<AsyncRun> {
       self->answered(std::move(*pending));
     };
     if (options.intercept && options.intercept(*pending, answer)) return;
-    const Step& s = *pending;
-    rt.complete(
-        Request{s.endpoint, s.request, Tags{g.workflow, run.workflow_id, s.stage}, options.caller},
-        ReplyCallbacks{[pending](std::string_view c) { pending->chunks.emplace_back(c); },
-                       std::move(answer), nullptr});
+    Step& s = *pending;
+    send_to(
+        s, Tags{g.workflow, run.workflow_id, s.stage}, options.caller,
+        [pending](std::string_view c) { pending->chunks.emplace_back(c); }, std::move(answer));
   }
 
   void answered(Step step) {
@@ -229,7 +228,7 @@ struct AsyncRun : std::enable_shared_from_this<AsyncRun> {
     if (auto d = std::exchange(done, nullptr)) d(std::move(out));
   }
 
-  Runtime& rt;
+  Send send_to;
   const dsl::TemplateGraph& g;
   const Run run;
   AsyncDriveOptions options;
@@ -240,9 +239,20 @@ struct AsyncRun : std::enable_shared_from_this<AsyncRun> {
 
 }  // namespace
 
+void drive_async(Send send, const dsl::TemplateGraph& g, const Run& run, AsyncDriveOptions options,
+                 std::function<void(RunResult)> done) {
+  std::make_shared<AsyncRun>(std::move(send), g, run, std::move(options), std::move(done))->next();
+}
+
 void drive_async(Runtime& rt, const dsl::TemplateGraph& g, const Run& run,
                  AsyncDriveOptions options, std::function<void(RunResult)> done) {
-  std::make_shared<AsyncRun>(rt, g, run, std::move(options), std::move(done))->next();
+  drive_async(
+      [&rt](Step& s, const Tags& tags, const Caller& caller,
+            std::function<void(std::string_view)> on_chunk, std::function<void(Reply)> answer) {
+        rt.complete(Request{s.endpoint, s.request, tags, caller},
+                    ReplyCallbacks{std::move(on_chunk), std::move(answer), nullptr});
+      },
+      g, run, std::move(options), std::move(done));
 }
 
 std::string ask_engine(engines::Engine& engine, const std::string& endpoint, const json& body) {

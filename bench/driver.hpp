@@ -103,6 +103,15 @@ struct AsyncDriveOptions {
 void drive_async(Runtime& runtime, const dsl::TemplateGraph& graph, const Run& run,
                  AsyncDriveOptions options, std::function<void(RunResult)> done);
 
+// Where drive_async() sends a request: `step` is the request, tagged with `tags` (a transport
+// may append the streamed chunks to it); `answer` is called once with the reply, on any thread.
+using Send = std::function<void(Step& step, const Tags& tags, const Caller& caller,
+                                std::function<void(std::string_view chunk)> on_chunk,
+                                std::function<void(Reply)> answer)>;
+// The same through any transport (over HTTP, say: bench/http_cell.hpp).
+void drive_async(Send send, const dsl::TemplateGraph& graph, const Run& run,
+                 AsyncDriveOptions options, std::function<void(RunResult)> done);
+
 // The engine's own answer to `body` (its complete response, or "error: ..."), asked of it
 // directly without dynrt: the reference that tests and the history checker compare with.
 std::string ask_engine(engines::Engine& engine, const std::string& endpoint,

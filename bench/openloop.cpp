@@ -114,6 +114,30 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
 }
 
+void tally_runs(const CellContext& cx, const std::vector<double>& latency,
+                const std::vector<std::string>& errors, const Bodies& bodies, CellResult& res) {
+  const std::size_t n = latency.size();
+  std::vector<double> ok;
+  std::size_t accurate = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (latency[i] >= 0) {
+      if (i >= cx.measure_from && i < cx.measure_to) ok.push_back(latency[i]);
+      ++res.completed;
+      if (cx.floor_bodies && i < cx.floor_bodies->size() && (*cx.floor_bodies)[i] == bodies[i])
+        ++accurate;
+    } else {
+      ++res.failures;
+      if (res.first_failure.empty())
+        res.first_failure = errors[i].empty() ? "the run never finished" : errors[i];
+    }
+  }
+  res.mean_s = mean(ok);
+  res.p50_s = percentile(ok, 50);
+  res.p99_s = percentile(ok, 99);
+  res.accuracy =
+      cx.floor_bodies && n ? static_cast<double>(accurate) / static_cast<double>(n) : 1.0;
+}
+
 // Nearest rank.
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -549,27 +573,11 @@ CellResult run_cell(const CellContext& cx) {
   engine->drain();
   const auto counters = engine->counters();
 
-  std::vector<double> ok;
-  std::size_t accurate = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (latency[i] >= 0) {
-      if (i >= cx.measure_from && i < cx.measure_to) ok.push_back(latency[i]);
-      ++res.completed;
-      if (cx.floor_bodies && i < cx.floor_bodies->size() && (*cx.floor_bodies)[i] == bodies[i])
-        ++accurate;
-    } else {
-      ++res.failures;
-      if (res.first_failure.empty()) res.first_failure = errors[i];
-    }
-  }
+  tally_runs(cx, latency, errors, bodies, res);
   std::vector<double> ratios;
   for (const double r : window_ratio)
     if (r >= 0) ratios.push_back(r);
   if (!ratios.empty()) res.window_over_downstream = percentile(ratios, 50);
-  res.mean_s = mean(ok);
-  res.p50_s = percentile(ok, 50);
-  res.p99_s = percentile(ok, 99);
-  res.accuracy = cx.floor_bodies ? static_cast<double>(accurate) / static_cast<double>(n) : 1.0;
   const double per = n ? 1.0 / static_cast<double>(n) : 0;
   res.fills_issued = static_cast<double>(st.fills_issued) * per;
   res.fills_consumed = static_cast<double>(st.fills_consumed) * per;

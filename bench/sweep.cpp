@@ -1,6 +1,7 @@
 #include "bench/sweep.hpp"
 
 #include "bench/cell.hpp"
+#include "bench/http_cell.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -123,14 +124,49 @@ BenchOptions cell_options(const SweepOptions& o) {
   return bo;
 }
 
+// One arm's cells over the seeds: means, the s.d. of the cells' means, the lowest accuracy.
+SweepPoint over_seeds(const std::vector<CellResult>& cells) {
+  SweepPoint p;
+  p.seeds = cells.size();
+  std::vector<double> means, p50, p99, ratio, issued, consumed, wasted, gate;
+  for (const auto& c : cells) {
+    means.push_back(c.mean_s);
+    p50.push_back(c.p50_s);
+    p99.push_back(c.p99_s);
+    ratio.push_back(c.ratio_to_floor);
+    issued.push_back(c.fills_issued);
+    consumed.push_back(c.fills_consumed);
+    wasted.push_back(c.wasted_engine_s);
+    if (c.gate_open_share >= 0) gate.push_back(c.gate_open_share);
+    p.accuracy = std::min(p.accuracy, c.accuracy);
+    p.failures += c.failures;
+  }
+  p.mean_s = mean(means);
+  p.sd_s = sample_sd(means);
+  p.p50_s = mean(p50);
+  p.p99_s = mean(p99);
+  p.ratio_to_floor = mean(ratio);
+  p.fills_issued = mean(issued);
+  p.fills_consumed = mean(consumed);
+  p.wasted_engine_s = mean(wasted);
+  p.gate_open_share = gate.empty() ? -1 : mean(gate);
+  return p;
+}
+
 // Every arm on one trace, the floor first: each cell's result (its ratio to the floor's set),
-// each run's latency per arm when `latencies` is given, and the progress line.
+// each run's latency per arm when `latencies` is given, and the progress line. With `http`,
+// each arm dynrt serve can run is run again over HTTP into `over_http` (its ratio to the floor
+// over HTTP; its accuracy against the floor's bodies in process).
 std::vector<CellResult> run_arms(const std::vector<std::string>& arms, const BenchOptions& bo,
                                  const Trace& t, std::size_t measure_from, std::size_t measure_to,
-                                 std::vector<std::vector<double>>* latencies, std::ostream& line) {
+                                 std::vector<std::vector<double>>* latencies, std::ostream& line,
+                                 const HttpCellOptions* http = nullptr,
+                                 std::vector<std::optional<CellResult>>* over_http = nullptr) {
   std::vector<CellResult> out;
   Bodies floor_bodies;
   if (latencies) latencies->assign(arms.size(), {});
+  if (over_http) over_http->assign(arms.size(), std::nullopt);
+  const CellResult* http_floor = nullptr;
   for (std::size_t a = 0; a < arms.size(); ++a) {
     CellContext cx;
     cx.options = &bo;
@@ -146,6 +182,18 @@ std::vector<CellResult> run_arms(const std::vector<std::string>& arms, const Ben
     CellResult c = run_cell(cx);
     set_ratio(c, out.empty() ? c : out.front());
     line << ' ' << arms[a] << ' ' << fixed(c.mean_s) << 's';
+    if (http && over_http && http_arm(arms[a])) {
+      cx.bodies_out = nullptr;
+      cx.floor_bodies = &floor_bodies;
+      cx.latency_out = nullptr;
+      CellResult h = run_http_cell(cx, *http);
+      set_ratio(h, http_floor ? *http_floor : h);
+      line << " (http " << fixed(h.mean_s) << "s";
+      if (h.failures) line << ", " << h.failures << " failed: " << h.first_failure;
+      line << ')';
+      (*over_http)[a] = std::move(h);
+      if (a == 0) http_floor = &*(*over_http)[0];
+    }
     out.push_back(std::move(c));
   }
   return out;
@@ -189,47 +237,73 @@ json report_json(const SweepOptions& o, const std::map<std::string, Saturation>&
 }  // namespace
 
 json SweepRecord::to_json() const {
-  return {{"workload", workload},
-          {"profile", profile},
-          {"load", load},
-          {"rate", rate},
-          {"arm", arm},
-          {"seed", seed},
-          {"mean_s", cell.mean_s},
-          {"p50_s", cell.p50_s},
-          {"p99_s", cell.p99_s},
-          {"ratio_to_floor", cell.ratio_to_floor},
-          {"accuracy", cell.accuracy},
-          {"fills_issued", cell.fills_issued},
-          {"fills_consumed", cell.fills_consumed},
-          {"wasted_engine_s", cell.wasted_engine_s},
-          {"speculative_engine_s", cell.speculative_engine_s},
-          {"served_fill", cell.served_fill},
-          {"served_cache", cell.served_cache},
-          {"gate_open_share", cell.gate_open_share},
-          {"requests", cell.requests},
-          {"completed", cell.completed},
-          {"failures", cell.failures},
-          {"wall_s", cell.wall_s}};
+  json j = {{"workload", workload},
+            {"profile", profile},
+            {"load", load},
+            {"rate", rate},
+            {"arm", arm},
+            {"seed", seed},
+            {"mean_s", cell.mean_s},
+            {"p50_s", cell.p50_s},
+            {"p99_s", cell.p99_s},
+            {"ratio_to_floor", cell.ratio_to_floor},
+            {"accuracy", cell.accuracy},
+            {"fills_issued", cell.fills_issued},
+            {"fills_consumed", cell.fills_consumed},
+            {"wasted_engine_s", cell.wasted_engine_s},
+            {"speculative_engine_s", cell.speculative_engine_s},
+            {"served_fill", cell.served_fill},
+            {"served_cache", cell.served_cache},
+            {"gate_open_share", cell.gate_open_share},
+            {"requests", cell.requests},
+            {"completed", cell.completed},
+            {"failures", cell.failures},
+            {"wall_s", cell.wall_s}};
+  if (http)
+    j["http"] = {{"mean_s", http->mean_s},
+                 {"p50_s", http->p50_s},
+                 {"p99_s", http->p99_s},
+                 {"ratio_to_floor", http->ratio_to_floor},
+                 {"accuracy", http->accuracy},
+                 {"fills_issued", http->fills_issued},
+                 {"fills_consumed", http->fills_consumed},
+                 {"served_fill", http->served_fill},
+                 {"served_cache", http->served_cache},
+                 {"completed", http->completed},
+                 {"failures", http->failures},
+                 {"first_failure", http->first_failure},
+                 {"wall_s", http->wall_s}};
+  return j;
 }
 
 json SweepPoint::to_json() const {
-  return {{"workload", workload},
-          {"load", load},
-          {"rate", rate},
-          {"arm", arm},
-          {"seeds", seeds},
-          {"mean_s", mean_s},
-          {"sd_s", sd_s},
-          {"p50_s", p50_s},
-          {"p99_s", p99_s},
-          {"ratio_to_floor", ratio_to_floor},
-          {"accuracy", accuracy},
-          {"fills_issued", fills_issued},
-          {"fills_consumed", fills_consumed},
-          {"wasted_engine_s", wasted_engine_s},
-          {"gate_open_share", gate_open_share},
-          {"failures", failures}};
+  json j = {{"workload", workload},
+            {"load", load},
+            {"rate", rate},
+            {"arm", arm},
+            {"seeds", seeds},
+            {"mean_s", mean_s},
+            {"sd_s", sd_s},
+            {"p50_s", p50_s},
+            {"p99_s", p99_s},
+            {"ratio_to_floor", ratio_to_floor},
+            {"accuracy", accuracy},
+            {"fills_issued", fills_issued},
+            {"fills_consumed", fills_consumed},
+            {"wasted_engine_s", wasted_engine_s},
+            {"gate_open_share", gate_open_share},
+            {"failures", failures}};
+  if (http_seeds > 0)
+    j["http"] = {{"seeds", http_seeds},
+                 {"mean_s", http_mean_s},
+                 {"sd_s", http_sd_s},
+                 {"p99_s", http_p99_s},
+                 {"ratio_to_floor", http_ratio_to_floor},
+                 {"accuracy", http_accuracy},
+                 {"fills_issued", http_fills_issued},
+                 {"fills_consumed", http_fills_consumed},
+                 {"failures", http_failures}};
+  return j;
 }
 
 json SweepResult::to_json(const SweepOptions& o) const {
@@ -260,6 +334,15 @@ SweepResult run_sweep(const SweepOptions& o) {
   const std::vector<std::string> arms = arms_with_floor(o.arms);
 
   BenchOptions bo = cell_options(o);
+  HttpCellOptions http;
+  if (o.http) {
+    http.time_scale = o.http_time_scale;
+    http.dir = o.http_dir;
+    if (const auto missing = find_http_binaries(http); !missing.empty()) {
+      out.error = "--http: " + missing;
+      return out;
+    }
+  }
 
   for (const auto& name : o.workloads) {
     const dsl::TemplateGraph& g = *graphs[name];
@@ -276,7 +359,7 @@ SweepResult run_sweep(const SweepOptions& o) {
     }
     for (const double load : o.loads) {
       const double rate = load * sat.rate;
-      std::vector<std::vector<CellResult>> by_arm(arms.size());
+      std::vector<std::vector<CellResult>> by_arm(arms.size()), by_arm_http(arms.size());
       for (std::size_t k = 0; k < o.seeds; ++k) {
         const std::uint64_t seed = o.first_seed + k;
         bo.seed = seed;
@@ -285,43 +368,35 @@ SweepResult run_sweep(const SweepOptions& o) {
         Trace t{&g, &w, arrivals(seed, rate, w.runs.size()), rate};
         std::ostringstream line;
         line << name << " load " << load << " seed " << seed << ":";
-        const auto cells = run_arms(arms, bo, t, tr.measure_from, tr.measure_to, nullptr, line);
+        std::vector<std::optional<CellResult>> over_http;
+        const auto cells = run_arms(arms, bo, t, tr.measure_from, tr.measure_to, nullptr, line,
+                                    o.http ? &http : nullptr, &over_http);
         for (std::size_t a = 0; a < arms.size(); ++a) {
           by_arm[a].push_back(cells[a]);
-          out.records.push_back({name, o.profile, load, rate, arms[a], seed, cells[a]});
+          out.records.push_back(
+              {name, o.profile, load, rate, arms[a], seed, cells[a], over_http[a]});
+          if (over_http[a]) by_arm_http[a].push_back(*over_http[a]);
         }
         if (o.progress) *o.progress << line.str() << '\n' << std::flush;
       }
       for (std::size_t a = 0; a < arms.size(); ++a) {
-        const auto& cells = by_arm[a];
-        SweepPoint p;
+        SweepPoint p = over_seeds(by_arm[a]);
         p.workload = name;
         p.load = load;
         p.rate = rate;
         p.arm = arms[a];
-        p.seeds = cells.size();
-        std::vector<double> means, p50, p99, ratio, issued, consumed, wasted, gate;
-        for (const auto& c : cells) {
-          means.push_back(c.mean_s);
-          p50.push_back(c.p50_s);
-          p99.push_back(c.p99_s);
-          ratio.push_back(c.ratio_to_floor);
-          issued.push_back(c.fills_issued);
-          consumed.push_back(c.fills_consumed);
-          wasted.push_back(c.wasted_engine_s);
-          if (c.gate_open_share >= 0) gate.push_back(c.gate_open_share);
-          p.accuracy = std::min(p.accuracy, c.accuracy);
-          p.failures += c.failures;
+        if (const auto& hs = by_arm_http[a]; !hs.empty()) {
+          const SweepPoint h = over_seeds(hs);
+          p.http_seeds = h.seeds;
+          p.http_mean_s = h.mean_s;
+          p.http_sd_s = h.sd_s;
+          p.http_p99_s = h.p99_s;
+          p.http_ratio_to_floor = h.ratio_to_floor;
+          p.http_accuracy = h.accuracy;
+          p.http_fills_issued = h.fills_issued;
+          p.http_fills_consumed = h.fills_consumed;
+          p.http_failures = h.failures;
         }
-        p.mean_s = mean(means);
-        p.sd_s = sample_sd(means);
-        p.p50_s = mean(p50);
-        p.p99_s = mean(p99);
-        p.ratio_to_floor = mean(ratio);
-        p.fills_issued = mean(issued);
-        p.fills_consumed = mean(consumed);
-        p.wasted_engine_s = mean(wasted);
-        p.gate_open_share = gate.empty() ? -1 : mean(gate);
         out.points.push_back(p);
       }
     }
@@ -398,6 +473,33 @@ std::string format_sweep(const SweepOptions& o, const SweepResult& r) {
       }
       md << '\n';
     }
+    // In process against over HTTP (--http).
+    bool http_any = false;
+    for (const double load : o.loads)
+      for (const auto& a : arms) {
+        const SweepPoint* p = find_point(r, name, load, a);
+        if (!p || p->http_seeds == 0) continue;
+        if (!http_any)
+          md << "\nIn process (simulated time) against over HTTP (dynrt serve in front of "
+                "dynrt-sim-engine, "
+             << fixed(o.http_time_scale, 0)
+             << " real ms per simulated second): mean latency, ratio to the floor, fills issued "
+                "and consumed per run, accuracy against the floor in process:\n\n"
+                "| load | arm | in process | over HTTP | HTTP against in process | fills issued / "
+                "consumed, in process | over HTTP | accuracy over HTTP |\n"
+                "|---|---|---|---|---|---|---|---|\n";
+        http_any = true;
+        md << "| " << load << " | " << a << " | " << fixed(p->mean_s) << " ± " << fixed(p->sd_s)
+           << " (" << fixed(p->ratio_to_floor, 3) << "×) | " << fixed(p->http_mean_s) << " ± "
+           << fixed(p->http_sd_s) << " (" << fixed(p->http_ratio_to_floor, 3) << "×) | "
+           << (p->http_mean_s >= p->mean_s ? "+" : "")
+           << fixed(p->mean_s > 0 ? 100 * (p->http_mean_s / p->mean_s - 1) : 0, 1) << "% | "
+           << fixed(p->fills_issued) << " / " << fixed(p->fills_consumed) << " | "
+           << fixed(p->http_fills_issued) << " / " << fixed(p->http_fills_consumed) << " | "
+           << fixed(p->http_accuracy, 3);
+        if (p->http_failures) md << ", " << p->http_failures << " failed";
+        md << " |\n";
+      }
     // Priced against open: how many fewer fills both gates priced issue, at what latency.
     bool any = false;
     for (const double load : o.loads) {
@@ -531,7 +633,7 @@ BurstyResult run_bursty(const SweepOptions& o) {
           means.push_back(mean(v));
         phase_means[a].push_back(means);
         cells[a].push_back(arm_cells[a]);
-        out.records.push_back({name, o.profile, -1, 0, arms[a], seed, arm_cells[a]});
+        out.records.push_back({name, o.profile, -1, 0, arms[a], seed, arm_cells[a], std::nullopt});
       }
       if (o.progress) *o.progress << line.str() << '\n' << std::flush;
     }
@@ -539,19 +641,14 @@ BurstyResult run_bursty(const SweepOptions& o) {
       BurstyPoint p;
       p.workload = name;
       p.arm = arms[a];
-      p.seeds = cells[a].size();
-      std::vector<double> means, issued, wasted;
-      for (const auto& c : cells[a]) {
-        means.push_back(c.mean_s);
-        issued.push_back(c.fills_issued);
-        wasted.push_back(c.wasted_engine_s);
-        p.accuracy = std::min(p.accuracy, c.accuracy);
-        p.failures += c.failures;
-      }
-      p.mean_s = mean(means);
-      p.sd_s = sample_sd(means);
-      p.fills_issued = mean(issued);
-      p.wasted_engine_s = mean(wasted);
+      const SweepPoint over = over_seeds(cells[a]);
+      p.seeds = over.seeds;
+      p.accuracy = over.accuracy;
+      p.failures = over.failures;
+      p.mean_s = over.mean_s;
+      p.sd_s = over.sd_s;
+      p.fills_issued = over.fills_issued;
+      p.wasted_engine_s = over.wasted_engine_s;
       for (std::size_t ph = 0; ph < phases; ++ph) {
         std::vector<double> v;
         for (const auto& seed_means : phase_means[a])

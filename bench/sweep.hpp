@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -45,6 +46,13 @@ struct SweepOptions {
   std::ostream* progress = nullptr;  // one line per finished (workload, load, seed)
   std::string command = "sweep";     // the report's title: sweep or ablation
   double saturation = 0;             // the floor's saturation rate (runs/s) to use; 0: measure it
+  // --http: each cell of an arm dynrt serve runs from its flags (floor, c1-only, c2-only, full)
+  // is run again over real HTTP, through `dynrt serve` and `dynrt-sim-engine` started as child
+  // processes (bench/http_cell.hpp), at http_time_scale real ms per simulated second; their
+  // files and logs go under http_dir.
+  bool http = false;
+  double http_time_scale = 1000;
+  std::string http_dir;
 };
 
 // How the floor's saturation rate of one workload was found.
@@ -63,6 +71,7 @@ struct SweepRecord {  // one cell
   std::string arm;
   std::uint64_t seed = 0;
   CellResult cell;
+  std::optional<CellResult> http;  // the same cell over HTTP (--http)
   nlohmann::json to_json() const;
 };
 
@@ -83,6 +92,16 @@ struct SweepPoint {  // one (workload, load, arm) over the seeds
   double wasted_engine_s = 0;
   double gate_open_share = -1;
   std::size_t failures = 0;
+  // Over HTTP (--http), the same figures; http_seeds is 0 when the arm was not run there.
+  std::size_t http_seeds = 0;
+  double http_mean_s = 0;
+  double http_sd_s = 0;
+  double http_p99_s = 0;
+  double http_ratio_to_floor = 0;
+  double http_accuracy = 1;
+  double http_fills_issued = 0;
+  double http_fills_consumed = 0;
+  std::size_t http_failures = 0;
   nlohmann::json to_json() const;
 };
 

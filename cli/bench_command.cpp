@@ -193,6 +193,15 @@ int run_sweep(SweepCli& cli) {
     o.predictability = 0;
     o.repeat_rate = 0;
   }
+  if (o.http) {
+    o.http_dir = (fs::path(cli.out_dir) / "http").string();
+    const bool any = o.arms.empty() || std::any_of(o.arms.begin(), o.arms.end(), [](auto& a) {
+                       return a == "c1-only" || a == "c2-only" || a == "full";
+                     });
+    if (!any)
+      std::cerr << "dynrt bench sweep: --http runs floor, c1-only, c2-only and full over HTTP; of "
+                   "the arms asked for, only the floor will run there\n";
+  }
   o.progress = cli.quiet ? nullptr : &std::cerr;
   std::error_code ec;
   fs::create_directories(cli.out_dir, ec);
@@ -218,7 +227,7 @@ int run_sweep(SweepCli& cli) {
     md = bench::format_sweep(o, result);
     doc = result.to_json(o);
     for (const auto& p : result.points)
-      failures += p.failures;
+      failures += p.failures + p.http_failures;
   }
   if (!error.empty()) {
     std::cerr << who << ": " << error << "\n";
@@ -252,7 +261,10 @@ void add_sweep(CLI::App& bench, const std::string& kind, std::function<int()>& r
         "arm, fills and wasted engine time), OUT/results.json (one record per cell: workload,\n"
         "profile, load, rate, arm, seed, mean_s, p99_s, accuracy, fills_issued,\n"
         "fills_consumed, wasted_engine_s, ...; and the points over seeds) and OUT/plots/*.png.\n"
-        "See docs/benchmarks.md.");
+        "With --http, each cell of floor, c1-only, c2-only and full runs a second time over\n"
+        "real HTTP: dynrt serve in front of dynrt-sim-engine (both started from the folder of\n"
+        "this dynrt, or PATH, on free loopback ports), in real time at --http-time-scale; the\n"
+        "report then compares the two per cell. See docs/benchmarks.md.");
   } else if (kind == "ablation") {
     cmd = bench.add_subcommand(
         "ablation", "The two admission gates priced or open, and fixed thresholds (Figure 13)");
@@ -304,6 +316,16 @@ void add_sweep(CLI::App& bench, const std::string& kind, std::function<int()>& r
                   "Share of runs that exactly repeat a popular one")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  if (kind == "sweep") {
+    cmd->add_flag("--http", cli->options.http,
+                  "Also run each cell of floor, c1-only, c2-only and full through dynrt serve and "
+                  "dynrt-sim-engine over HTTP, in real time");
+    cmd->add_option("--http-time-scale", cli->options.http_time_scale,
+                    "--http: real milliseconds per simulated second (1000: real time, the only "
+                    "scale at which the templates' waits mean what they do in process)")
+        ->check(CLI::Range(10.0, 100000.0))
+        ->capture_default_str();
+  }
   cmd->add_flag("--unpredictable", cli->unpredictable,
                 "The no-harm trace: selections ignore every predictor, no exact repeats");
   cmd->add_option("--templates", cli->options.templates, "Template folder")->capture_default_str();
