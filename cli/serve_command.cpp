@@ -117,6 +117,16 @@ bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) 
             spec.models.push_back(m.as<std::string>());
         spec.flavor = e["flavor"].as<std::string>("automatic");
         spec.max_num_seqs = e["max_num_seqs"].as<int>(256);
+        spec.concurrency = e["concurrency"].as<int>(0);
+        if (spec.max_num_seqs < 1 || spec.concurrency < 0 || spec.concurrency > spec.max_num_seqs) {
+          const auto at = spec.max_num_seqs < 1 ? e["max_num_seqs"] : e["concurrency"];
+          const auto mark = at.Mark();
+          std::cerr << "dynrt serve: " << path << ":" << mark.line + 1 << ":" << mark.column + 1
+                    << ": engine " << spec.url << ": max_num_seqs must be at least 1 and "
+                    << "concurrency between 0 (unknown) and max_num_seqs; got " << spec.max_num_seqs
+                    << " and " << spec.concurrency << "\n";
+          return false;
+        }
         spec.api_key = e["api_key"].as<std::string>("");
         o.engines.push_back(spec);
       }

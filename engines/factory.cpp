@@ -35,6 +35,7 @@ Expected<std::shared_ptr<Engine>> make_openai_engine(const EngineSpec& e) {
   if (oo.base_url.size() >= 3 && oo.base_url.compare(oo.base_url.size() - 3, 3, "/v1") == 0)
     oo.base_url.resize(oo.base_url.size() - 3);
   oo.max_num_seqs = e.max_num_seqs;
+  oo.concurrency = e.concurrency;
   oo.api_key = e.api_key;
   oo.name = e.url;
   const std::string& f = e.flavor;

@@ -20,6 +20,7 @@ struct EngineSpec {
   std::vector<std::string> models;
   std::string flavor = "automatic";  // vllm, sglang, llamacpp, generic or automatic
   int max_num_seqs = 256;
+  int concurrency = 0;  // requests it decodes at once before it is compute-bound; 0: unknown
   std::string api_key;  // sent to the engine as a bearer token
 };
 

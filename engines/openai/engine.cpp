@@ -231,6 +231,7 @@ OpenAiEngine::OpenAiEngine(OpenAiOptions options)
       retry_(options_.retry),
       loop_(std::make_unique<CurlLoop>(options_.max_connections)) {
   load_.slots_total = options_.max_num_seqs;
+  load_.concurrency = options_.concurrency;
   if (options_.scrape_interval > Duration::zero()) {
     loop_->every(options_.scrape_interval, [this] { scrape(); });
   }
@@ -426,6 +427,7 @@ void OpenAiEngine::update_load(const std::string& metrics_text) {
   const EngineFlavor flavor =
       options_.flavor != EngineFlavor::automatic ? options_.flavor : detect_flavor(samples);
   LoadSnapshot s = load_from_metrics(samples, flavor, options_.max_num_seqs);
+  s.concurrency = options_.concurrency;
   s.at = std::chrono::time_point_cast<Duration>(std::chrono::steady_clock::now());
   {
     std::lock_guard lock(mutex_);

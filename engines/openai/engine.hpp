@@ -54,6 +54,10 @@ struct OpenAiOptions {
   EngineFlavor flavor = EngineFlavor::automatic;   // from the metrics, when automatic
   std::string api_key;                             // sent as a bearer token when set
   int max_num_seqs = 256;                          // decode slots (vLLM's --max-num-seqs)
+  // The requests it decodes at once before its steps become compute-bound and each further one
+  // slows all the others (LoadSnapshot::concurrency); no engine exports it, so it comes from
+  // configuration; 0: unknown, max_num_seqs stands.
+  int concurrency = 0;
   Duration connect_timeout = std::chrono::seconds(5);
   Duration first_byte_timeout = std::chrono::seconds(120);
   Duration idle_timeout = std::chrono::seconds(60);

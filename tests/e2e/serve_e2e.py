@@ -158,6 +158,15 @@ def main():
         check(capped.returncode == 2 and "RLIMIT_NOFILE" in capped.stderr,
               "dynrt serve refuses a cap over the descriptor limit: %d %s" %
               (capped.returncode, capped.stderr[:200]))
+    # An engine whose compute knee is above its slots: refused, with the file's position.
+    with open(os.path.join(tmp, "knee.yaml"), "w") as f:
+        f.write("engines:\n  - url: %s\n    max_num_seqs: 64\n    concurrency: 65\n" % url)
+    knee = subprocess.run([DYNRT, "serve", "templates", "--port", "0", "--config",
+                           os.path.join(tmp, "knee.yaml")], capture_output=True, text=True,
+                          timeout=30)
+    check(knee.returncode != 0 and "knee.yaml:4:" in knee.stderr and "concurrency" in knee.stderr,
+          "dynrt serve refuses a concurrency above max_num_seqs: %d %s" %
+          (knee.returncode, knee.stderr[:200]))
     full, full_port = start([DYNRT, "serve"] + common + ["--header-timeout-ms", "1000"], r":(\d+) ")
     # The floor from a configuration file: both switches off.
     with open(os.path.join(tmp, "floor.yaml"), "w") as f:

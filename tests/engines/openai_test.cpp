@@ -242,8 +242,11 @@ TEST(OpenAiAdapter, CancellationFreesTheEngineSlot) {
 
 TEST(OpenAiAdapter, LoadComesFromTheEnginesMetrics) {
   SimBackend backend(/*time_scale=*/1000);
-  OpenAiEngine adapter(options_for(backend.url()));
+  auto o = options_for(backend.url());
+  o.concurrency = 40;  // configured: no engine exports it
+  OpenAiEngine adapter(o);
   EXPECT_FALSE(adapter.load().valid);
+  EXPECT_EQ(adapter.load().concurrency, 40);
   auto [s, f] = sink();
   auto first = s->first_chunk.get_future();
   const RequestHandle h = adapter.submit(chat("LONG", 3000, true), s);
@@ -254,6 +257,7 @@ TEST(OpenAiAdapter, LoadComesFromTheEnginesMetrics) {
   EXPECT_TRUE(l.valid);
   EXPECT_EQ(l.slots_busy, 1);
   EXPECT_EQ(l.slots_total, 64);
+  EXPECT_EQ(l.concurrency, 40);  // kept across scrapes
   EXPECT_EQ(l.queued, 0);
   EXPECT_GT(l.kv_used, 0);
   EXPECT_EQ(l.kv_total, 1);
