@@ -2,6 +2,8 @@
 
 #include "bench/driver.hpp"
 #include "engines/http/curl_loop.hpp"
+#include "engines/sim/engine.hpp"
+#include "engines/sim/profiles.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -229,17 +231,28 @@ CellResult run_http_cell(const CellContext& cx, const HttpCellOptions& h) {
   std::ostringstream scale, interference;
   scale << h.time_scale;
   interference << o.interference_scale;
+  // The engine's capacity, in the configuration, as its operator would write it: no engine
+  // exports its slots or its compute knee (docs/engines.md).
+  auto profile = engines::sim::sim_profile(o.profile);
+  if (!profile) return fail(profile.error().message);
+  engines::sim::SimEngineOptions so;
+  so.stepped = true;
+  so.workers = profile->workers;
+  const auto capacity = engines::sim::SimEngine(profile->params, {}, so).load();
   std::string error;
   Child engine({h.sim_engine, "--port", "0", "--script", (dir / "script.jsonl").string(),
                 "--profile", o.profile, "--interference-scale", interference.str(), "--time-scale",
                 scale.str(), "--threads", "2"},
                dir / "engine.log", &error);
   if (!error.empty()) return fail(error);
+  std::ofstream(dir / "serve.yaml")
+      << "engines:\n  - url: " << engine.url() << "\n    max_num_seqs: " << capacity.slots_total
+      << "\n    concurrency: " << capacity.concurrency << "\n";
   std::vector<std::string> serve = {h.dynrt,
                                     "serve",
                                     o.templates,
-                                    "--engine",
-                                    engine.url(),
+                                    "--config",
+                                    (dir / "serve.yaml").string(),
                                     "--port",
                                     "0",
                                     "--corpus",

@@ -2,9 +2,11 @@
 // in simulated time, sent through `dynrt serve` to `dynrt-sim-engine`, both started here as
 // child processes on free loopback ports, the way a deployment runs them. The engine serves the
 // workload's recorded answers (its script) on the same profile; dynrt reads the engine's load
-// from its /metrics, as in production. The harness is one thread on libcurl's multi interface
-// (engines/http/curl_loop.hpp): arrivals and think times are timers on it, and each answer
-// sends the run's next request from its callback.
+// from its /metrics, as in production, and knows the engine's decode slots and compute knee
+// from its configuration (serve.yaml: `max_num_seqs` and `concurrency`, the profile's totals
+// over its workers), as an operator would write them. The harness is one thread on libcurl's multi
+// interface (engines/http/curl_loop.hpp): arrivals and think times are timers on it, and each
+// answer sends the run's next request from its callback.
 //
 // Time is real: the engine runs at `time_scale` real milliseconds per simulated second and the
 // latencies are converted back to simulated seconds. At 1,000 (real time) the templates'
