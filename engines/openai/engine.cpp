@@ -61,6 +61,7 @@ struct OpenAiEngine::Pending {
   bool probe = false;            // this attempt probes a half-open circuit
   bool delivered = false;        // a chunk reached the sink: never retried after that
   CurlLoop::CallId call_id = 0;  // the attempt in flight; 0 while none is
+  TimePoint attempt_started{};   // when the attempt in flight was sent
   bool cancelled = false;
   bool ended = false;
 };
@@ -311,6 +312,7 @@ void OpenAiEngine::launch(const std::shared_ptr<Pending>& p) {
     if (!p->ended && !p->cancelled) {
       ++p->attempt;
       ++attempts_;
+      p->attempt_started = clock_->now();
       p->call_id = loop_->start(p->call, std::make_shared<Transfer>(this, p));
       return;
     }
@@ -332,6 +334,10 @@ void OpenAiEngine::settle(const std::shared_ptr<Pending>& p, EngineResult result
   {
     std::lock_guard lock(mutex_);
     breaker_.record(p->kind, std::exchange(p->probe, false), Outcome::success);
+    // No engine says how long it worked on a request: its engine time is the wall time of the
+    // attempt that answered, from sending it to the last byte (queueing in the engine included,
+    // as a fill's price counts it). The cost model prices fills with it.
+    result.engine_time = clock_->now() - p->attempt_started;
   }
   if (take(p)) p->sink->on_complete(std::move(result));
 }

@@ -149,6 +149,22 @@ TEST(OpenAiAdapter, StreamedChunksArriveAndReassemble) {
   EXPECT_EQ(o.result->finish_reason, "length");
 }
 
+// No engine reports how long it worked on a request: the adapter gives the wall time of the
+// attempt that answered, so that fills are priced with what stages cost. It is never zero and
+// never more than the caller waited.
+TEST(OpenAiAdapter, EngineTimeIsTheAnsweringAttemptsWallTime) {
+  SimBackend backend;
+  OpenAiEngine adapter(options_for(backend.url()));
+  auto [s, f] = sink();
+  const auto sent = std::chrono::steady_clock::now();
+  adapter.submit(chat("hello", 16, true), s);
+  const Outcome o = await(f);
+  const auto waited = std::chrono::steady_clock::now() - sent;
+  ASSERT_TRUE(o.result) << (o.error ? o.error->message : "");
+  EXPECT_GT(o.result->engine_time, Duration::zero());
+  EXPECT_LE(o.result->engine_time, waited);
+}
+
 TEST(OpenAiAdapter, CompletionsEndpointToo) {
   SimBackend backend;
   OpenAiEngine adapter(options_for(backend.url()));
