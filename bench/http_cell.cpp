@@ -359,7 +359,7 @@ CellResult run_http_cell(const CellContext& cx, const HttpCellOptions& h) {
   res.fills_consumed = metric(metrics, "dynrt_fills_consumed_total") * per;
   res.served_fill = metric(metrics, "dynrt_requests_total{served=\"fill\"}") * per;
   res.served_cache = metric(metrics, "dynrt_requests_total{served=\"cache\"}") * per;
-  res.wasted_engine_s = -1;  // not known behind a URL (see the header)
+  res.wasted_engine_s = -1;  // not comparable behind a URL (see the header)
   res.speculative_engine_s = -1;
   res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return res;

@@ -12,8 +12,9 @@
 // latencies are converted back to simulated seconds. At 1,000 (real time) the templates'
 // wait_ms and ttl_s, which dynrt serve keeps in real time, mean what they mean in simulated
 // time; at any other scale they do not, so figures are only comparable with the in-process
-// cell at 1,000. Fills and served counts come from dynrt's /metrics; wasted engine time is not
-// reported, since an engine behind a URL does not say how long it worked on a request.
+// cell at 1,000. Fills and served counts come from dynrt's /metrics. Wasted engine time is not
+// compared: behind a URL it is the wall time of each attempt (docs/engines.md), not the
+// simulated engine's own time, so the two would measure different things.
 #pragma once
 
 #include "bench/cell.hpp"
