@@ -3,7 +3,8 @@
 dynrt run a second time through a real `dynrt serve` in front of a real `dynrt-sim-engine`
 (child processes on free loopback ports), every run completes there, every answer over HTTP is
 byte-identical to the floor's in process (accuracy 1.0), fills are issued and consumed over
-HTTP as dynrt's /metrics reports them, and the report compares the two. And without
+HTTP as dynrt's /metrics reports them, and the report compares the two; the same for HCI,
+whose user think time is a timer on the harness's loop. And without
 dynrt-sim-engine beside dynrt or on PATH, --http is refused with exit 2 and says why. No wall
 time is asserted: the HTTP cells run at 100 real ms per simulated second only to be quick."""
 import json
@@ -23,8 +24,8 @@ def check(cond, what):
         failures.append(what)
 
 
-def sweep(dynrt, out, env=None):
-    return subprocess.run([dynrt, "bench", "sweep", "routing", "--saturation", "35", "--loads",
+def sweep(dynrt, out, env=None, workload="routing", saturation="35"):
+    return subprocess.run([dynrt, "bench", "sweep", workload, "--saturation", saturation, "--loads",
                            "0.05", "--seeds", "1", "--requests", "20", "--arms", "full",
                            "--http", "--http-time-scale", "100", "--quiet", "--no-plots",
                            "--out", out], capture_output=True, text=True, timeout=600, env=env)
@@ -67,6 +68,19 @@ with tempfile.TemporaryDirectory() as tmp:
         check(os.path.exists(os.path.join(d, "serve.log")) and
               os.path.exists(os.path.join(d, "script.jsonl")),
               "%s: its script and the children's logs are kept under OUT/http" % arm)
+
+    # HCI: the user's think time between the offer and the pick is a timer on the harness's
+    # loop; the user turn is what is measured.
+    hci_out = os.path.join(tmp, "hci")
+    r = sweep(DYNRT, hci_out, workload="hci", saturation="100")
+    check(r.returncode == 0, "sweep hci --http exits 0 (stderr: %s)" % r.stderr[-600:])
+    with open(os.path.join(hci_out, "results.json")) as f:
+        hci = {rec["arm"]: rec.get("http", {}) for rec in json.load(f)["records"]}
+    for arm in ("floor", "full"):
+        h = hci.get(arm, {})
+        check(h.get("failures") == 0 and h.get("accuracy") == 1.0 and h.get("mean_s", 0) > 0,
+              "hci %s over HTTP: every run completed like the floor (%s)" % (arm, h))
+    check(hci.get("full", {}).get("served_fill", 0) > 0, "hci: the pick is served by a fill")
 
     # Without dynrt-sim-engine next to dynrt or on PATH: refused, and it says what is missing.
     alone = os.path.join(tmp, "alone")
