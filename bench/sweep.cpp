@@ -293,16 +293,16 @@ json SweepPoint::to_json() const {
             {"wasted_engine_s", wasted_engine_s},
             {"gate_open_share", gate_open_share},
             {"failures", failures}};
-  if (http_seeds > 0)
-    j["http"] = {{"seeds", http_seeds},
-                 {"mean_s", http_mean_s},
-                 {"sd_s", http_sd_s},
-                 {"p99_s", http_p99_s},
-                 {"ratio_to_floor", http_ratio_to_floor},
-                 {"accuracy", http_accuracy},
-                 {"fills_issued", http_fills_issued},
-                 {"fills_consumed", http_fills_consumed},
-                 {"failures", http_failures}};
+  if (http)
+    j["http"] = {{"seeds", http->seeds},
+                 {"mean_s", http->mean_s},
+                 {"sd_s", http->sd_s},
+                 {"p99_s", http->p99_s},
+                 {"ratio_to_floor", http->ratio_to_floor},
+                 {"accuracy", http->accuracy},
+                 {"fills_issued", http->fills_issued},
+                 {"fills_consumed", http->fills_consumed},
+                 {"failures", http->failures}};
   return j;
 }
 
@@ -385,18 +385,8 @@ SweepResult run_sweep(const SweepOptions& o) {
         p.load = load;
         p.rate = rate;
         p.arm = arms[a];
-        if (const auto& hs = by_arm_http[a]; !hs.empty()) {
-          const SweepPoint h = over_seeds(hs);
-          p.http_seeds = h.seeds;
-          p.http_mean_s = h.mean_s;
-          p.http_sd_s = h.sd_s;
-          p.http_p99_s = h.p99_s;
-          p.http_ratio_to_floor = h.ratio_to_floor;
-          p.http_accuracy = h.accuracy;
-          p.http_fills_issued = h.fills_issued;
-          p.http_fills_consumed = h.fills_consumed;
-          p.http_failures = h.failures;
-        }
+        if (!by_arm_http[a].empty())
+          p.http = std::make_shared<const SweepPoint>(over_seeds(by_arm_http[a]));
         out.points.push_back(p);
       }
     }
@@ -478,7 +468,8 @@ std::string format_sweep(const SweepOptions& o, const SweepResult& r) {
     for (const double load : o.loads)
       for (const auto& a : arms) {
         const SweepPoint* p = find_point(r, name, load, a);
-        if (!p || p->http_seeds == 0) continue;
+        if (!p || !p->http) continue;
+        const SweepPoint& h = *p->http;
         if (!http_any)
           md << "\nIn process (simulated time) against over HTTP (dynrt serve in front of "
                 "dynrt-sim-engine, "
@@ -490,14 +481,14 @@ std::string format_sweep(const SweepOptions& o, const SweepResult& r) {
                 "|---|---|---|---|---|---|---|---|\n";
         http_any = true;
         md << "| " << load << " | " << a << " | " << fixed(p->mean_s) << " ± " << fixed(p->sd_s)
-           << " (" << fixed(p->ratio_to_floor, 3) << "×) | " << fixed(p->http_mean_s) << " ± "
-           << fixed(p->http_sd_s) << " (" << fixed(p->http_ratio_to_floor, 3) << "×) | "
-           << (p->http_mean_s >= p->mean_s ? "+" : "")
-           << fixed(p->mean_s > 0 ? 100 * (p->http_mean_s / p->mean_s - 1) : 0, 1) << "% | "
+           << " (" << fixed(p->ratio_to_floor, 3) << "×) | " << fixed(h.mean_s) << " ± "
+           << fixed(h.sd_s) << " (" << fixed(h.ratio_to_floor, 3) << "×) | "
+           << (h.mean_s >= p->mean_s ? "+" : "")
+           << fixed(p->mean_s > 0 ? 100 * (h.mean_s / p->mean_s - 1) : 0, 1) << "% | "
            << fixed(p->fills_issued) << " / " << fixed(p->fills_consumed) << " | "
-           << fixed(p->http_fills_issued) << " / " << fixed(p->http_fills_consumed) << " | "
-           << fixed(p->http_accuracy, 3);
-        if (p->http_failures) md << ", " << p->http_failures << " failed";
+           << fixed(h.fills_issued) << " / " << fixed(h.fills_consumed) << " | "
+           << fixed(h.accuracy, 3);
+        if (h.failures) md << ", " << h.failures << " failed";
         md << " |\n";
       }
     // Priced against open: how many fewer fills both gates priced issue, at what latency.

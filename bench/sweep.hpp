@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -92,16 +93,8 @@ struct SweepPoint {  // one (workload, load, arm) over the seeds
   double wasted_engine_s = 0;
   double gate_open_share = -1;
   std::size_t failures = 0;
-  // Over HTTP (--http), the same figures; http_seeds is 0 when the arm was not run there.
-  std::size_t http_seeds = 0;
-  double http_mean_s = 0;
-  double http_sd_s = 0;
-  double http_p99_s = 0;
-  double http_ratio_to_floor = 0;
-  double http_accuracy = 1;
-  double http_fills_issued = 0;
-  double http_fills_consumed = 0;
-  std::size_t http_failures = 0;
+  // The same figures over HTTP (--http); null when the arm was not run there.
+  std::shared_ptr<const SweepPoint> http;
   nlohmann::json to_json() const;
 };
 

@@ -227,7 +227,7 @@ int run_sweep(SweepCli& cli) {
     md = bench::format_sweep(o, result);
     doc = result.to_json(o);
     for (const auto& p : result.points)
-      failures += p.failures + p.http_failures;
+      failures += p.failures + (p.http ? p.http->failures : 0);
   }
   if (!error.empty()) {
     std::cerr << who << ": " << error << "\n";

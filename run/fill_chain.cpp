@@ -28,13 +28,11 @@ void FillChain::finish(FillStatus status, FillEffects& fx) {
 void FillChain::next_stage(FillEffects& fx) {
   if (cancelled_) return finish(FillStatus::cancelled, fx);
   if (step_ >= config_.chain.size()) return finish(FillStatus::done, fx);
-  const auto& s = stage();
-  auto rendered = dsl::render_stage(s, vars_);
+  auto rendered = dsl::render_stage(stage(), vars_);
   // An unrenderable first stage is a failed fill; a later one just ends the chain.
   if (!rendered) return finish(step_ == 0 ? FillStatus::failed : FillStatus::done, fx);
   request_ = std::move(*rendered);
-  const Hash128 name = stage_name(config_.policy, s, request_->endpoint, request_->body,
-                                  config_.caller, config_.run);
+  const Hash128 name = name_of(stage(), *request_);
   announced_ = name;
   // Announced already when the previous stage completed (see executed()), unless it rendered
   // differently then.
@@ -120,9 +118,7 @@ FillEffects FillChain::executed(std::uint64_t tag, const ExecResult& r) {
 // is announced now, ahead of the store: that call then waits for the fill instead of running.
 void FillChain::announce_next(const std::string& bytes, FillEffects& fx) {
   if (step_ + 1 >= config_.chain.size()) return;
-  const auto doc = nlohmann::json::parse(bytes, nullptr, false);
-  if (doc.is_discarded()) return;
-  const auto outs = dsl::read_outputs(stage(), doc);
+  const auto outs = outputs(bytes);
   if (!outs) return;
   auto vars = vars_;
   for (auto& [k, v] : *outs)
@@ -130,9 +126,20 @@ void FillChain::announce_next(const std::string& bytes, FillEffects& fx) {
   const auto& s = config_.graph->stages[config_.chain[step_ + 1]];
   const auto rendered = dsl::render_stage(s, vars);
   if (!rendered) return;
-  next_ = stage_name(config_.policy, s, rendered->endpoint, rendered->body, config_.caller,
-                     config_.run);
+  next_ = name_of(s, *rendered);
   fx.push_back(Announce{*next_});
+}
+
+Hash128 FillChain::name_of(const dsl::Stage& s, const dsl::RenderedRequest& r) const {
+  return stage_name(config_.policy, s, r.endpoint, r.body, config_.caller, config_.run);
+}
+
+std::optional<dsl::Bindings> FillChain::outputs(const std::string& bytes) const {
+  const auto doc = nlohmann::json::parse(bytes, nullptr, false);
+  if (doc.is_discarded()) return std::nullopt;
+  auto outs = dsl::read_outputs(stage(), doc);
+  if (!outs) return std::nullopt;
+  return std::move(*outs);
 }
 
 FillEffects FillChain::stored(const std::optional<csl::InsertResult>& res) {
@@ -162,13 +169,11 @@ FillEffects FillChain::stored(const std::optional<csl::InsertResult>& res) {
 // next stage, which is announced before this one's end (see the header).
 void FillChain::advance(const std::string& bytes, csl::EntryRef ref, bool stored, FillEffects& fx) {
   const auto ended = std::exchange(announced_, std::nullopt);
-  const auto doc = nlohmann::json::parse(bytes, nullptr, false);
-  if (!doc.is_discarded())
-    if (auto outs = dsl::read_outputs(stage(), doc))
-      for (auto& [k, v] : *outs) {
-        vars_[k] = v;
-        if (ref.valid()) producers_[k] = ref;
-      }
+  if (auto outs = outputs(bytes))
+    for (auto& [k, v] : *outs) {
+      vars_[k] = v;
+      if (ref.valid()) producers_[k] = ref;
+    }
   ++step_;
   next_stage(fx);
   if (ended) fx.push_back(Ended{*ended, stored});

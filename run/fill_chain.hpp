@@ -121,6 +121,9 @@ class FillChain {
   void next_stage(FillEffects& fx);
   void run_on_engine(FillEffects& fx);
   void announce_next(const std::string& bytes, FillEffects& fx);
+  // The current stage's outputs in its result `bytes`; nullopt when they do not read.
+  std::optional<dsl::Bindings> outputs(const std::string& bytes) const;
+  Hash128 name_of(const dsl::Stage& s, const dsl::RenderedRequest& request) const;
   void advance(const std::string& bytes, csl::EntryRef ref, bool stored, FillEffects& fx);
   void finish(branch::FillStatus status, FillEffects& fx);
 
