@@ -98,9 +98,9 @@ using sweep_atom = caf::atom_constant<caf::atom("sweep")>;         // root: more
 // Counters every actor bumps (metrics only; no actor reads another's state through them).
 struct Counters {
   std::atomic<std::uint64_t> requests{0}, served_engine{0}, served_fill{0}, served_cache{0},
-      passthrough{0}, errors{0}, waits{0}, wait_timeouts{0}, branches_opened{0}, branches_gated{0},
-      branches_settled{0}, fills_issued{0}, fills_suppressed{0}, fills_completed{0},
-      fills_failed{0}, fills_cancelled{0}, fills_consumed{0}, shadows_stored{0},
+      passthrough{0}, errors{0}, waits{0}, wait_timeouts{0}, hedge_fills{0}, branches_opened{0},
+      branches_gated{0}, branches_settled{0}, fills_issued{0}, fills_suppressed{0},
+      fills_completed{0}, fills_failed{0}, fills_cancelled{0}, fills_consumed{0}, shadows_stored{0},
       shadows_discarded{0}, writes{0}, workflows_live{0}, coalesced{0}, runs_evicted{0},
       runs_expired{0}, fills_running{0}, runs_refused{0};
   std::atomic<std::uint64_t> next_id{1};  // branch and fill ids, unique in the process

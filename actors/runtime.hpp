@@ -101,7 +101,8 @@ struct RuntimeStats {
   std::uint64_t passthrough = 0;  // untagged or unknown workflow or stage
   std::uint64_t errors = 0;
   std::uint64_t waits = 0;          // demands that waited for an in-flight fill
-  std::uint64_t wait_timeouts = 0;  // ... and ran normally after the bound
+  std::uint64_t wait_timeouts = 0;  // ... and ran themselves after the bound
+  std::uint64_t hedge_fills = 0;    // ... and were answered by the fill all the same
   std::uint64_t coalesced = 0;      // demands that joined an identical one in flight
   // branches and fills
   std::uint64_t branches_opened = 0;  // a decision point was reached with candidates

@@ -28,6 +28,7 @@ constexpr std::array kCounters = {
     CounterSpec{&Counters::errors, &RuntimeStats::errors, "dynrt_errors_total", "Calls answered with an error."},
     CounterSpec{&Counters::waits, &RuntimeStats::waits, "dynrt_waits_total", "Demands that waited for the fill computing their result."},
     CounterSpec{&Counters::wait_timeouts, &RuntimeStats::wait_timeouts, "dynrt_wait_timeouts_total", "Demands whose wait passed its bound; they ran on the engine."},
+    CounterSpec{&Counters::hedge_fills, &RuntimeStats::hedge_fills, "dynrt_wait_timeouts_fill_answered_total", "Demands past their wait's bound that the fill still answered first (their own run was cancelled)."},
     CounterSpec{&Counters::fills_issued, &RuntimeStats::fills_issued, "dynrt_fills_issued_total", "Fills admitted and started."},
     CounterSpec{&Counters::fills_consumed, &RuntimeStats::fills_consumed, "dynrt_fills_consumed_total", "Fills whose result served the selected demand."},
     CounterSpec{&Counters::fills_cancelled, &RuntimeStats::fills_cancelled, "dynrt_fills_cancelled_total", "Fills aborted (losers, unusable selections)."},

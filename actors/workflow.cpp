@@ -23,6 +23,9 @@ struct WorkflowState {
   std::unique_ptr<run::DemandFlow> flow;                 // every demand in flight
   std::map<std::uint64_t, caf::actor> branches;          // open branch actors by branch id
   std::unordered_map<std::uint64_t, DemandPtr> demands;  // the calls in flight, by demand id
+  // Aborts a demand's own execution (a hedged demand its fill answered first), by demand id,
+  // until the execution ends.
+  std::unordered_map<std::uint64_t, std::shared_ptr<Cancellation>> executions;
   std::uint64_t received = 0;
   bool retiring = false;  // out of the root's table: answer what is in flight, then end
   static inline const char* name = "dynrt.workflow";
@@ -113,6 +116,8 @@ void execute(Self self, const run::demand::Execute& e) {
   exec->call = d.sink;
   auto executor = svc.executor_for(exec->endpoint, exec->body);
   if (!executor) return carry_out(self, st.flow->refused(e.id, no_executor_reply(exec->endpoint)));
+  exec->cancel = std::make_shared<Cancellation>();
+  st.executions[e.id] = exec->cancel;
   if (e.loads_engine) self->send(svc.pricing, canon_atom::value, std::int32_t{1});
   self->send(executor, exec_atom::value, ExecPtr(exec));
 }
@@ -157,6 +162,8 @@ void carry_out(Self self, DemandEffects fx) {
                 actor_cast<actor>(self), e.id);
           } else if constexpr (std::is_same_v<E, rd::Execute>) {
             execute(self, e);
+          } else if constexpr (std::is_same_v<E, rd::Cancel>) {
+            if (auto it = st.executions.find(e.id); it != st.executions.end()) it->second->cancel();
           } else if constexpr (std::is_same_v<E, rd::Unload>) {
             self->send(svc.pricing, canon_atom::value, std::int32_t{-1});
           } else if constexpr (std::is_same_v<E, rd::Store>) {
@@ -203,6 +210,7 @@ void carry_out(Self self, DemandEffects fx) {
   auto& c = *svc.counters;
   c.waits += tally.waits;
   c.wait_timeouts += tally.wait_timeouts;
+  c.hedge_fills += tally.hedge_fills;
   c.coalesced += tally.coalesced;
   c.saved_us += std::chrono::duration_cast<std::chrono::microseconds>(tally.saved).count();
 }
@@ -238,7 +246,12 @@ behavior workflow_actor(Self self, WorkflowInit init) {
   return {
       [=](demand_atom, const DemandPtr& d) { on_demand(self, d); },
       [=](engdone_atom, std::uint64_t id, const ExecResultPtr& r) {
-        carry_out(self, self->state.flow->executed(id, *r));
+        auto& s = self->state;
+        s.executions.erase(id);
+        carry_out(self, s.flow->executed(id, *r));
+        // A cancelled execution of an answered demand may be the last thing a retiring run
+        // waited for.
+        if (s.retiring && s.flow->idle()) self->send(self, stop_atom::value);
       },
       [=](coaldone_atom, std::uint64_t id, const LandedPtr& l) {
         carry_out(self, self->state.flow->landed(id, *l));

@@ -23,6 +23,7 @@ DemandEffects DemandFlow::start(DemandId id, const dsl::Stage& stage, std::strin
   p.stage = stage.id;
   p.name = stage_name(config_.policy, stage, endpoint, *body, config_.caller, config_.run);
   p.endpoint = std::move(endpoint);
+  p.streams = engines::wants_stream(*body);
   p.body = std::move(body);
   auto& q = pending_.insert_or_assign(id, std::move(p)).first->second;
   const auto& policy = config_.policy;
@@ -45,6 +46,11 @@ DemandEffects DemandFlow::served(DemandId id, const std::optional<ServeReply>& r
   const auto it = pending_.find(id);
   if (it == pending_.end()) return fx;
   auto& p = it->second;
+  if (std::exchange(p.racing, false)) {
+    // A hedged demand's probe for its fill's result: taken only while its own has not come.
+    if (reply && reply->found && !p.answer) take_fill(id, p, *reply, fx);
+    return fx;
+  }
   const bool may_wait = std::exchange(p.may_wait, false);
   if (!reply) {
     execute(id, p, fx);
@@ -96,23 +102,41 @@ void DemandFlow::execute(DemandId id, Pending& p, DemandEffects& fx) {
     // the execution or joins an identical one in flight (coalescing, csl/coalescer.hpp).
     if (auto keys = run_.read_keys(stage, p.endpoint, *p.body)) {
       p.store = true;
+      p.claiming = true;
       const auto bound = wait_of(run_.graph(), stage);
       fx.push_back(Claim{id, p.name, read_records(stage, *keys, config_.caller),
                          run_.producers_of(stage), p.may_join && bound.count() > 0});
       return;
     }
   }
+  run_itself(id, p, fx);
+}
+
+void DemandFlow::run_itself(DemandId id, Pending& p, DemandEffects& fx) {
+  p.executing = true;
   fx.push_back(Execute{id, !is_tool_endpoint(p.endpoint)});
 }
 
 DemandEffects DemandFlow::claimed(DemandId id, std::optional<ClaimReply> reply) {
   DemandEffects fx;
+  if (const auto a = abandoned_.find(id); a != abandoned_.end() && a->second.claiming) {
+    // Its fill answered it meanwhile: an execution it was given is not run, so whoever joined
+    // it claims again (the fill's result is in the library by then).
+    abandoned_.erase(a);
+    if (reply && !reply->found && reply->kind == csl::ClaimKind::lead) {
+      auto l = std::make_shared<Landed>();
+      l->outcome = Landed::Outcome::retry;
+      fx.push_back(Land{reply->execution, std::move(l)});
+    }
+    return fx;
+  }
   const auto it = pending_.find(id);
   if (it == pending_.end()) return fx;
   auto& p = it->second;
+  p.claiming = false;
   if (!reply) {
     p.store = false;
-    fx.push_back(Execute{id, !is_tool_endpoint(p.endpoint)});
+    run_itself(id, p, fx);
     return fx;
   }
   if (reply->found) {
@@ -128,7 +152,7 @@ DemandEffects DemandFlow::claimed(DemandId id, std::optional<ClaimReply> reply) 
   }
   p.execution = reply->kind == csl::ClaimKind::lead ? reply->execution : 0;
   p.reads = std::move(reply->reads);
-  fx.push_back(Execute{id, !is_tool_endpoint(p.endpoint)});
+  run_itself(id, p, fx);
   return fx;
 }
 
@@ -150,7 +174,16 @@ DemandEffects DemandFlow::refused(DemandId id, Reply reply) {
 }
 
 void DemandFlow::answer(DemandId id, Reply reply, DemandEffects& fx) {
-  if (pending_.erase(id) == 0) return;
+  const auto it = pending_.find(id);
+  if (it == pending_.end()) return;
+  if (it->second.hedged) {
+    // Answered by its own execution: the fill it also waited for no longer concerns it.
+    if (auto f = fills_.find(it->second.name); f != fills_.end()) {
+      auto& w = f->second.waiters;
+      w.erase(std::remove(w.begin(), w.end(), id), w.end());
+    }
+  }
+  pending_.erase(it);
   fx.push_back(Answer{id, std::move(reply)});
 }
 
@@ -214,9 +247,16 @@ DemandEffects DemandFlow::landed(DemandId id, const Landed& l) {
 
 DemandEffects DemandFlow::executed(DemandId id, const ExecResult& r) {
   DemandEffects fx;
+  if (const auto a = abandoned_.find(id); a != abandoned_.end() && !a->second.claiming) {
+    // The fill answered it first; this execution was cancelled (or ended anyway): dropped.
+    if (a->second.loads_engine) fx.push_back(Unload{});
+    abandoned_.erase(a);
+    return fx;
+  }
   const auto it = pending_.find(id);
   if (it == pending_.end()) return fx;
   auto& p = it->second;
+  p.executing = false;
   if (!is_tool_endpoint(p.endpoint)) fx.push_back(Unload{});
   const auto& stage = stage_of(p);
   if (!r.ok) {
@@ -312,6 +352,14 @@ DemandEffects DemandFlow::fill_ended(const Hash128& name, std::uint64_t fill, bo
   for (const auto id : waiters) {
     const auto p = pending_.find(id);
     if (p == pending_.end()) continue;
+    if (std::exchange(p->second.hedged, false)) {
+      // It runs itself meanwhile: the fill's result answers it if it comes first.
+      if (stored && !p->second.answer) {
+        serve(id, p->second, false, fx);
+        p->second.racing = true;
+      }
+      continue;
+    }
     stop_waiting(id, p->second, fx);
     if (stored)
       serve(id, p->second, false, fx);  // promote it now; no second wait
@@ -326,11 +374,40 @@ DemandEffects DemandFlow::wait_over(DemandId id, std::uint64_t wait) {
   const auto it = pending_.find(id);
   if (it == pending_.end() || !it->second.waiting_since || it->second.wait != wait) return fx;
   auto& p = it->second;
+  const bool on_fill = p.joined == 0;
   stop_waiting(id, p, fx);
   ++tally_.wait_timeouts;
   p.may_join = false;  // runs now; it may still lead if nothing is in flight
+  if (on_fill && !p.streams) {
+    // Hedged: it keeps its place among the fill's waiters (see the header).
+    if (auto f = fills_.find(p.name); f != fills_.end()) {
+      f->second.waiters.push_back(id);
+      p.hedged = true;
+    }
+  }
   execute(id, p, fx);
   return fx;
+}
+
+void DemandFlow::take_fill(DemandId id, Pending& p, const ServeReply& hit, DemandEffects& fx) {
+  ++tally_.hedge_fills;
+  if (p.executing) {
+    fx.push_back(Cancel{id});
+    abandoned_[id] = Abandoned{!is_tool_endpoint(p.endpoint), false};
+  } else if (p.claiming) {
+    abandoned_[id] = Abandoned{false, true};
+  }
+  if (p.execution != 0) {
+    // It led an execution others joined: they get the fill's result, as they would its own.
+    auto l = std::make_shared<Landed>();
+    l->outcome = Landed::Outcome::result;
+    l->reply.body = *hit.bytes;
+    l->reply.usage = {hit.usage.prompt_tokens, hit.usage.completion_tokens};
+    l->cost = hit.cost;
+    l->ref = hit.ref;
+    fx.push_back(Land{std::exchange(p.execution, 0), std::move(l)});
+  }
+  from_library(id, hit, fx);
 }
 
 }  // namespace dynrt::run

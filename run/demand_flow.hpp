@@ -8,7 +8,10 @@
 //
 //   start ──► probe the library ──hit──────────────────────────────────────► answer (fill/cache)
 //     │            │miss, its fill running ──► wait (bounded) ──fill ended─► probe again (no wait)
-//     │            │                                │deadline / fill failed ─► execute
+//     │            │                                │fill failed ─► execute
+//     │            │                                └deadline ─► execute, still waiting (hedged):
+//     │            │                                   the first of the two answers, the other
+//     │            │                                   is cancelled
 //     │            └miss ─► execute
 //     └ (not reusable, or C1 and C2 off) ─► execute
 //
@@ -72,6 +75,11 @@ struct Execute {
 };
 // A canonical request ended on a model engine: the pricing actor's count goes down.
 struct Unload {};
+// Abort the demand's own execution: the fill it still waited for answered it first. Its end
+// still comes to DemandFlow::executed (as a cancellation, or a result that is dropped).
+struct Cancel {
+  DemandId id = 0;
+};
 // Store the result as a confirmed entry; when `execution` is set, land that led execution with
 // `landed` in the same step (its waiters are answered from it). Answer with DemandFlow::stored.
 struct Store {
@@ -131,15 +139,16 @@ struct Cost {
 }  // namespace demand
 
 using DemandEffect =
-    std::variant<demand::Probe, demand::Claim, demand::Execute, demand::Unload, demand::Store,
-                 demand::Land, demand::Leave, demand::Write, demand::Answer, demand::Branches,
-                 demand::Demanded, demand::Credit, demand::ArmWait, demand::Cost>;
+    std::variant<demand::Probe, demand::Claim, demand::Execute, demand::Unload, demand::Cancel,
+                 demand::Store, demand::Land, demand::Leave, demand::Write, demand::Answer,
+                 demand::Branches, demand::Demanded, demand::Credit, demand::ArmWait, demand::Cost>;
 using DemandEffects = std::vector<DemandEffect>;
 
 // What the flow counted since the last take_tally().
 struct DemandTally {
   std::uint64_t waits = 0;          // demands that waited for an in-flight fill
-  std::uint64_t wait_timeouts = 0;  // ... and ran normally after the bound
+  std::uint64_t wait_timeouts = 0;  // ... and ran themselves after the bound
+  std::uint64_t hedge_fills = 0;    // ... and were then answered by the fill all the same
   std::uint64_t coalesced = 0;      // demands that joined an identical execution in flight
   Duration saved{0};                // engine time of results served without execution
 };
@@ -172,10 +181,14 @@ class DemandFlow {
   // in the library).
   DemandEffects fill_started(const Hash128& name, std::uint64_t fill);
   DemandEffects fill_ended(const Hash128& name, std::uint64_t fill, bool stored);
-  // A wait's deadline (stale ones are ignored).
+  // A wait's deadline (stale ones are ignored). Past the bound a demand runs itself; one that
+  // waited for a fill, and does not stream, keeps waiting for it too: a fill slowed by load is
+  // usually nearer its end than a fresh run, and giving it up would pay the wait and a whole
+  // run. Whichever ends first answers; the other is cancelled (Cancel) or dropped.
   DemandEffects wait_over(DemandId id, std::uint64_t wait);
 
-  bool idle() const { return pending_.empty(); }
+  // Nothing pending, and no cancelled execution still to come back.
+  bool idle() const { return pending_.empty() && abandoned_.empty(); }
   DemandTally take_tally() { return std::exchange(tally_, {}); }
 
  private:
@@ -194,8 +207,19 @@ class DemandFlow {
     std::uint64_t joined = 0;     // ... or waits for (with `ticket`)
     csl::Ticket ticket = 0;
     bool may_join = true;         // false once a wait for another's execution timed out
+    bool streams = false;         // answered as a stream: its own execution cannot be swapped
+    bool hedged = false;          // runs itself and still waits for the stage's fill
+    bool racing = false;          // ... whose result is being probed for
+    bool executing = false;       // an Execute is out, executed() has not come
+    bool claiming = false;        // a Claim is out, claimed() has not come
     std::optional<Reply> answer;  // held until the stage's writes are in force
     std::shared_ptr<const std::string> response;  // what the run learns once it is answered
+  };
+  // A demand the fill answered while its own execution or claim was still out: what its end
+  // must still undo.
+  struct Abandoned {
+    bool loads_engine = false;  // an Execute out on a model engine (Unload at its end)
+    bool claiming = false;      // a Claim out (a lead it gets is landed for a retry)
   };
   struct FillInFlight {
     std::uint64_t fill = 0;
@@ -205,6 +229,9 @@ class DemandFlow {
   const dsl::Stage& stage_of(const Pending& p) const;
   void serve(DemandId id, Pending& p, bool may_wait, DemandEffects& fx);
   void execute(DemandId id, Pending& p, DemandEffects& fx);
+  void run_itself(DemandId id, Pending& p, DemandEffects& fx);
+  // The fill's result answers a hedged demand whose own execution is still out.
+  void take_fill(DemandId id, Pending& p, const ServeReply& hit, DemandEffects& fx);
   void wait(DemandId id, Pending& p, std::chrono::milliseconds bound, DemandEffects& fx);
   void stop_waiting(DemandId id, Pending& p, DemandEffects& fx);
   void land(Pending& p, Landed::Outcome outcome, const Reply& reply, DemandEffects& fx);
@@ -220,6 +247,7 @@ class DemandFlow {
   Config config_;
   std::map<DemandId, Pending> pending_;
   std::unordered_map<Hash128, FillInFlight> fills_;  // by the name of the stage result
+  std::unordered_map<DemandId, Abandoned> abandoned_;
   std::uint64_t next_wait_ = 1;
   DemandTally tally_;
 };

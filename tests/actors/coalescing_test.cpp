@@ -2,7 +2,8 @@
 // speculable stage from different runs, while the first runs on an engine the test holds, cause
 // one engine execution and are answered with its bytes; a failure reaches every waiter and is
 // not cached; a cancelled leader hands over; a write closes the execution to later demands and
-// its late result is not stored; non-speculable stages and reuse off never coalesce.
+// its late result is not stored; non-speculable stages and reuse off never coalesce. And a wait
+// for a fill past its bound is hedged: the demand runs itself, and the first to end answers.
 #include "tests/actors/hold_engine.hpp"
 #include "tests/actors/rig.hpp"
 
@@ -296,6 +297,137 @@ TEST(Coalescing, NonSpeculableStagesAndReuseOffNeverCoalesce) {
     }
     EXPECT_EQ(rig.rt->stats().coalesced, 0u);
   }
+}
+
+}  // namespace
+}  // namespace dynrt::testing
+
+namespace dynrt::testing {
+namespace {
+
+// A demand whose wait for its fill passes the bound runs itself and still waits for the fill
+// (a hedged wait): the first of the two to end answers, the other is cancelled or dropped.
+struct HedgeRig {
+  std::shared_ptr<engines::sim::SimEngine> sim;
+  std::shared_ptr<HoldEngine> hold;
+  std::shared_ptr<ManualTime> time = std::make_shared<ManualTime>();
+  std::unique_ptr<Runtime> rt;
+  json router = {{"model", "m"},
+                 {"temperature", 0},
+                 {"max_tokens", 16},
+                 {"messages", json::array({{{"role", "user"}, {"content", "route me"}}})}};
+  json handle = {{"model", "m"},
+                 {"temperature", 0},
+                 {"max_tokens", 16},
+                 {"messages", json::array({{{"role", "user"}, {"content", "email: route me"}}})}};
+
+  HedgeRig() {
+    engines::sim::Script script;
+    script.add_contains("route me", "HANDLER: email");
+    sim = std::make_shared<engines::sim::SimEngine>(engines::sim::SimParams{}, script,
+                                                    engines::sim::SimEngineOptions{0, "sim"});
+    hold = std::make_shared<HoldEngine>(sim);
+    RuntimeConfig cfg;
+    cfg.engines.push_back({"hold", hold, {}});
+    cfg.template_texts = {{"hedge.yaml", R"(version: 1
+workflow: hedge
+inputs:
+  query: {description: the request}
+stages:
+  router:
+    kind: model
+    model: m
+    params: {temperature: 0, max_tokens: 16}
+    bind: {query: /messages/0/content}
+    decides: handler
+    request:
+      messages: [{role: user, content: "{{query}}"}]
+  handle:
+    kind: model
+    after: router
+    speculable: true
+    model: m
+    params: {temperature: 0, max_tokens: 16}
+    request:
+      messages: [{role: user, content: "{{handler}}: {{query}}"}]
+decisions:
+  handler:
+    promotion: exclusive
+    candidates:
+      source: learned
+      values: [email]
+      max: 1
+    selection:
+      regex: 'HANDLER:\s*(\w+)'
+limits:
+  wait_ms: 1000
+)"}};
+    cfg.time = time;
+    auto r = Runtime::create(cfg);
+    EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
+    rt = std::move(*r);
+  }
+  ~HedgeRig() { expect_budget_returned(*rt, "hedge"); }
+
+  // The router is answered and its branch's fill for `email` is held; the handler's demand
+  // waited for it past its bound and now runs itself, held too.
+  std::future<Reply> hedge() {
+    auto routed = rt->complete({"/v1/chat/completions", router, {"hedge", "r1", "router"}});
+    hold->wait_held(engines::RequestKind::fill, 1);
+    hold->release_kind(engines::RequestKind::canonical);
+    const Reply r = routed.get();
+    EXPECT_TRUE(r.ok()) << r.error;
+    auto handled = rt->complete({"/v1/chat/completions", handle, {"hedge", "r1", "handle"}});
+    await_stats(*rt, [](const RuntimeStats& s) { return s.waits >= 1; });
+    EXPECT_EQ(rt->stats().waits, 1u) << "the demand waits for its running fill";
+    time->advance(std::chrono::milliseconds(1000));
+    hold->wait_held(engines::RequestKind::canonical, 1);  // it runs itself
+    EXPECT_EQ(rt->stats().wait_timeouts, 1u);
+    EXPECT_EQ(hold->held(), 2u) << "the fill still runs beside it";
+    return handled;
+  }
+  std::string direct(const json& body) {
+    return bench::ask_engine(*sim, "/v1/chat/completions", body);
+  }
+};
+
+TEST(HedgedWait, TheFillEndingFirstAnswersAndTheDemandsOwnRunIsCancelled) {
+  HedgeRig rig;
+  auto handled = rig.hedge();
+  rig.hold->release_kind(engines::RequestKind::fill);
+  // Bounded: without the hedge the answer would wait for its own held run.
+  if (handled.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    ADD_FAILURE() << "the fill's end did not answer the demand";
+    rig.hold->release_all();
+  }
+  const Reply r = handled.get();
+  ASSERT_TRUE(r.ok()) << r.error;
+  EXPECT_EQ(r.served, Served::fill);
+  EXPECT_EQ(r.body, rig.direct(rig.handle)) << "value equivalence";
+  rig.hold->wait_empty();  // its own run was cancelled in the engine, not left to finish
+  EXPECT_EQ(rig.hold->submitted(), 3u);
+  const auto st = await_stats(*rig.rt, [](const RuntimeStats& s) { return s.hedge_fills >= 1; });
+  EXPECT_EQ(st.hedge_fills, 1u);
+  EXPECT_EQ(st.served_fill, 1u);
+  EXPECT_EQ(st.served_engine, 1u) << "the router only";
+}
+
+TEST(HedgedWait, TheOwnRunEndingFirstAnswersAndTheFillStaysAShadow) {
+  HedgeRig rig;
+  auto handled = rig.hedge();
+  rig.hold->release_kind(engines::RequestKind::canonical);
+  const Reply r = handled.get();
+  ASSERT_TRUE(r.ok()) << r.error;
+  EXPECT_EQ(r.served, Served::engine);
+  EXPECT_EQ(r.body, rig.direct(rig.handle));
+  rig.hold->release_kind(engines::RequestKind::fill);
+  rig.hold->wait_empty();
+  EXPECT_EQ(rig.rt->stats().hedge_fills, 0u);
+  // The same call in a later run is served from the library: the one result was stored.
+  const Reply again =
+      rig.rt->complete({"/v1/chat/completions", rig.handle, {"hedge", "r2", "handle"}}).get();
+  EXPECT_EQ(again.served, Served::cache);
+  EXPECT_EQ(again.body, r.body);
 }
 
 }  // namespace

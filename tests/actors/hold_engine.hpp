@@ -85,6 +85,42 @@ class HoldEngine final : public engines::Engine {
     std::lock_guard lock(mutex_);
     forwarded_[h] = inner;
   }
+  // The held requests of `kind` go to the wrapped engine; returns how many.
+  std::size_t release_kind(engines::RequestKind kind) {
+    std::map<engines::RequestHandle, Held> picked;
+    {
+      std::lock_guard lock(mutex_);
+      for (auto it = held_.begin(); it != held_.end();) {
+        if (it->second.request.kind == kind) {
+          picked.insert(held_.extract(it++));
+        } else {
+          ++it;
+        }
+      }
+      changed_.notify_all();
+    }
+    for (auto& [h, held] : picked) {
+      const auto inner = inner_->submit(std::move(held.request), held.sink);
+      std::lock_guard lock(mutex_);
+      forwarded_[h] = inner;
+    }
+    return picked.size();
+  }
+  // Blocks until `n` requests of `kind` are held.
+  void wait_held(engines::RequestKind kind, std::size_t n) {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] {
+      std::size_t k = 0;
+      for (const auto& [h, held] : held_)
+        k += held.request.kind == kind ? 1 : 0;
+      return k >= n;
+    });
+  }
+  // Blocks until nothing is held.
+  void wait_empty() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return held_.empty(); });
+  }
   // Every held request fails with `error`.
   void fail_all(const engines::EngineError& error) {
     for (auto& [h, held] : take())

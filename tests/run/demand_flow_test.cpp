@@ -222,7 +222,136 @@ TEST_F(DemandFlowRouting, AWaitPastItsBoundExecutesAndMayNoLongerJoin) {
   const auto c = only<demand::Claim>(fx);
   EXPECT_FALSE(c.may_join);
   EXPECT_EQ(flow->take_tally().wait_timeouts, 1u);
-  // The fill's end after the timeout changes nothing for this demand.
+}
+
+// Past the bound a demand runs itself and still waits for its fill (a hedge): the fill is
+// usually nearer its end than a fresh run. Its waiting has ended: the branch learns the wait.
+class DemandFlowHedge : public DemandFlowRouting {
+ protected:
+  Hash128 name;
+  // Demand 1 for the handler waited for fill 42 past its bound; its claim is out.
+  void time_out() {
+    route_to_email(7);
+    name = name_of(handle);
+    flow->fill_started(name, 42);
+    start(1, handle);
+    const auto w = only<demand::ArmWait>(flow->served(1, ServeReply{}));
+    clock.set(w.at);
+    EXPECT_TRUE(has<demand::Claim>(flow->wait_over(1, w.wait)));
+  }
+  // ... and it leads execution 9, running itself.
+  DemandEffects hedge() {
+    time_out();
+    return flow->claimed(1, claim(csl::ClaimKind::lead, 9));
+  }
+  // The fill ends stored; the demand probes for it and the library promotes it.
+  DemandEffects fill_answers() {
+    const auto probe = only<demand::Probe>(flow->fill_ended(name, 42, true));
+    EXPECT_EQ(probe.id, 1u);
+    EXPECT_EQ(probe.name, name);
+    return flow->served(1, hit(chat("{\"fill\": 1}"), true, 7));
+  }
+};
+
+TEST_F(DemandFlowHedge, TheFillEndingFirstAnswersAndCancelsTheDemandsOwnRun) {
+  EXPECT_TRUE(has<demand::Execute>(hedge()));
+  clock.advance(500ms);
+  auto fx = fill_answers();
+  EXPECT_EQ(only<demand::Cancel>(fx).id, 1u);
+  EXPECT_EQ(only<demand::Answer>(fx).reply.served, Served::fill);
+  EXPECT_EQ(only<demand::Answer>(fx).reply.body, chat("{\"fill\": 1}"));
+  // The branch learns that its fill served the demand, and how long it was waited for.
+  const auto d = only<demand::Demanded>(fx);
+  EXPECT_TRUE(d.consumed);
+  EXPECT_EQ(d.waited_ms, ms_of(wait_of(*g, handle)));
+  // The led execution's joiners get the fill's result.
+  const auto land = only<demand::Land>(fx);
+  EXPECT_EQ(land.execution, 9u);
+  EXPECT_EQ(land.landed->outcome, Landed::Outcome::result);
+  EXPECT_EQ(land.landed->reply.body, chat("{\"fill\": 1}"));
+  EXPECT_EQ(flow->take_tally().hedge_fills, 1u);
+  EXPECT_FALSE(flow->idle()) << "its cancelled run has not come back";
+
+  // The cancelled run comes back: only the engine's count goes down; nothing is answered,
+  // stored or landed twice.
+  fx = flow->executed(1, engine_error(engines::ErrorKind::cancelled));
+  EXPECT_TRUE(has<demand::Unload>(fx));
+  EXPECT_EQ(fx.size(), 1u);
+  EXPECT_TRUE(flow->idle());
+}
+
+TEST_F(DemandFlowHedge, ARunThatEndsAnywayAfterTheFillAnsweredIsDropped) {
+  hedge();
+  fill_answers();
+  const auto fx = flow->executed(1, engine_ok(chat("{\"own\": 1}")));
+  EXPECT_EQ(fx.size(), 1u);
+  EXPECT_TRUE(has<demand::Unload>(fx));
+}
+
+TEST_F(DemandFlowHedge, TheOwnRunEndingFirstAnswersAndTheFillNoLongerConcernsIt) {
+  hedge();
+  auto fx = flow->executed(1, engine_ok(chat("{\"own\": 1}")));
+  EXPECT_TRUE(has<demand::Store>(fx));
+  fx = flow->stored(1, csl::InsertResult{csl::InsertStatus::stored, {5, 2}});
+  EXPECT_EQ(only<demand::Answer>(fx).reply.served, Served::engine);
+  EXPECT_TRUE(flow->fill_ended(name, 42, true).empty());
+  EXPECT_TRUE(flow->idle());
+  EXPECT_EQ(flow->take_tally().hedge_fills, 0u);
+}
+
+TEST_F(DemandFlowHedge, AFillEndingWhileTheOwnResultIsBeingStoredIsNotProbedFor) {
+  hedge();
+  EXPECT_TRUE(has<demand::Store>(flow->executed(1, engine_ok(chat("{\"own\": 1}")))));
+  EXPECT_TRUE(flow->fill_ended(name, 42, true).empty());
+}
+
+TEST_F(DemandFlowHedge, AProbeAnsweredAfterTheOwnResultCameChangesNothing) {
+  hedge();
+  only<demand::Probe>(flow->fill_ended(name, 42, true));
+  EXPECT_TRUE(has<demand::Store>(flow->executed(1, engine_ok(chat("{\"own\": 1}")))));
+  EXPECT_TRUE(flow->served(1, hit(chat("{\"fill\": 1}"), true, 7)).empty());
+  const auto fx = flow->stored(1, csl::InsertResult{csl::InsertStatus::stored, {5, 2}});
+  EXPECT_EQ(only<demand::Answer>(fx).reply.body, chat("{\"own\": 1}"));
+}
+
+TEST_F(DemandFlowHedge, AFillThatIsNotThereAfterAllLeavesTheOwnRunGoing) {
+  hedge();
+  only<demand::Probe>(flow->fill_ended(name, 42, true));
+  EXPECT_TRUE(flow->served(1, ServeReply{}).empty());  // no second execution, no wait
+  EXPECT_TRUE(has<demand::Store>(flow->executed(1, engine_ok(chat("{}")))));
+  const auto fx = flow->stored(1, csl::InsertResult{csl::InsertStatus::stored, {5, 2}});
+  EXPECT_EQ(only<demand::Answer>(fx).reply.served, Served::engine);
+}
+
+TEST_F(DemandFlowHedge, AFailedFillLeavesTheOwnRunGoing) {
+  hedge();
+  EXPECT_TRUE(flow->fill_ended(name, 42, false).empty());
+}
+
+TEST_F(DemandFlowHedge, AFillAnsweringWhileTheClaimIsOutLandsTheLeadForARetry) {
+  time_out();
+  auto fx = fill_answers();
+  EXPECT_FALSE(has<demand::Cancel>(fx));  // nothing runs yet
+  EXPECT_TRUE(has<demand::Answer>(fx));
+  EXPECT_FALSE(flow->idle()) << "its claim is still out";
+  // The library made it the leader meanwhile: whoever joined claims again.
+  fx = flow->claimed(1, claim(csl::ClaimKind::lead, 9));
+  EXPECT_EQ(only<demand::Land>(fx).landed->outcome, Landed::Outcome::retry);
+  EXPECT_FALSE(has<demand::Execute>(fx));
+  EXPECT_TRUE(flow->idle());
+}
+
+TEST_F(DemandFlowHedge, AStreamedDemandDoesNotHedge) {
+  route_to_email(7);
+  name = name_of(handle);
+  flow->fill_started(name, 42);
+  auto body = std::make_shared<json>(*body_of(handle));
+  (*body)["stream"] = true;
+  flow->start(1, handle, endpoint_of(handle), body);
+  const auto w = only<demand::ArmWait>(flow->served(1, ServeReply{}));
+  clock.set(w.at);
+  only<demand::Claim>(flow->wait_over(1, w.wait));
+  // Its own run may already be streaming to the caller: the fill no longer concerns it.
   EXPECT_TRUE(flow->fill_ended(name, 42, true).empty());
 }
 
