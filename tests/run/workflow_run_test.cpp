@@ -297,7 +297,7 @@ TEST_F(WorkflowRunRouting, ExecuteReadKeysRenderOnceTheHandlerIsBound) {
 
 TEST_F(WorkflowRunRouting, HandlerWaitsTheTemplatesWaitForAFill) {
   WorkflowRun run(g, true);
-  EXPECT_EQ(wait_of(*g, handle), std::chrono::milliseconds(8000));
+  EXPECT_EQ(wait_of(*g, handle), std::chrono::milliseconds(30000));
   EXPECT_EQ(ttl_of(*g, execute), std::chrono::seconds(600));
 }
 
@@ -389,7 +389,7 @@ TEST_F(WorkflowRunHci, ActDemandCarriesTheUsersPickAndResolvesTheBranch) {
 
 TEST_F(WorkflowRunHci, ActWaitsTheTemplatesWaitForAFill) {
   WorkflowRun run(g, true);
-  EXPECT_EQ(wait_of(*g, act), std::chrono::milliseconds(8000));
+  EXPECT_EQ(wait_of(*g, act), std::chrono::milliseconds(30000));
   EXPECT_EQ(ttl_of(*g, act), std::chrono::seconds(300));
 }
 
