@@ -588,6 +588,7 @@ CellResult run_cell(const CellContext& cx) {
   res.served_fill = static_cast<double>(st.served_fill) * per;
   res.waits = static_cast<double>(st.waits) * per;
   res.wait_timeouts = static_cast<double>(st.wait_timeouts) * per;
+  res.hedge_fills = static_cast<double>(st.hedge_fills) * per;
   const auto& gate = st.admission;
   if (const auto decided = gate.branches_opened + gate.branches_closed; decided > 0) {
     res.gate_open_share = static_cast<double>(gate.branches_opened) / static_cast<double>(decided);
@@ -681,6 +682,7 @@ json CellResult::to_json() const {
           {"served_cache_per_request", served_cache},
           {"waits_per_request", waits},
           {"wait_timeouts_per_request", wait_timeouts},
+          {"hedge_fills_per_request", hedge_fills},
           {"gate_open_share", gate_open_share},
           {"gate_audit_share", gate_audit_share},
           {"window_over_downstream", window_over_downstream},

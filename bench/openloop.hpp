@@ -88,6 +88,7 @@ struct CellResult {
   double served_cache = 0;          // ... from the library or a harness cache
   double waits = 0;                 // demands that waited for their in-flight fill, per request
   double wait_timeouts = 0;         // ... and ran on the engine after the template's wait_ms
+  double hedge_fills = 0;           // ... and were answered by their fill all the same
   // The share of decisions at which the generation gate (Action 0) opened, and of those the
   // share an audit opened; -1 when the arm made no decision (no fills).
   double gate_open_share = -1;
