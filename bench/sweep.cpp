@@ -258,6 +258,7 @@ json SweepRecord::to_json() const {
             {"wait_timeouts", cell.wait_timeouts},
             {"hedge_fills", cell.hedge_fills},
             {"gate_open_share", cell.gate_open_share},
+            {"gate_audit_share", cell.gate_audit_share},
             {"requests", cell.requests},
             {"completed", cell.completed},
             {"failures", cell.failures},
