@@ -7,6 +7,18 @@ namespace dynrt::run {
 
 using namespace demand;
 
+namespace {
+
+// A library hit's bytes and usage as an answer (its `served` is the caller's to set).
+Reply reply_of(const ServeReply& hit) {
+  Reply r;
+  r.body = *hit.bytes;
+  r.usage = {hit.usage.prompt_tokens, hit.usage.completion_tokens};
+  return r;
+}
+
+}  // namespace
+
 DemandFlow::DemandFlow(WorkflowRun& run, const Clock& clock, Config config)
     : run_(run), clock_(clock), config_(std::move(config)) {}
 
@@ -87,6 +99,10 @@ void DemandFlow::stop_waiting(DemandId id, Pending& p, DemandEffects& fx) {
     fx.push_back(Leave{std::exchange(p.joined, 0), p.ticket});
     return;
   }
+  leave_fill(id, p);
+}
+
+void DemandFlow::leave_fill(DemandId id, const Pending& p) {
   if (auto f = fills_.find(p.name); f != fills_.end()) {
     auto& w = f->second.waiters;
     w.erase(std::remove(w.begin(), w.end(), id), w.end());
@@ -176,13 +192,8 @@ DemandEffects DemandFlow::refused(DemandId id, Reply reply) {
 void DemandFlow::answer(DemandId id, Reply reply, DemandEffects& fx) {
   const auto it = pending_.find(id);
   if (it == pending_.end()) return;
-  if (it->second.hedged) {
-    // Answered by its own execution: the fill it also waited for no longer concerns it.
-    if (auto f = fills_.find(it->second.name); f != fills_.end()) {
-      auto& w = f->second.waiters;
-      w.erase(std::remove(w.begin(), w.end(), id), w.end());
-    }
-  }
+  // Answered by its own execution: the fill it also waited for no longer concerns it.
+  if (it->second.hedged) leave_fill(id, it->second);
   pending_.erase(it);
   fx.push_back(Answer{id, std::move(reply)});
 }
@@ -207,9 +218,7 @@ void DemandFlow::from_library(DemandId id, const ServeReply& hit, DemandEffects&
   const auto& stage = stage_of(p);
   const double saved_ms = ms_of(hit.cost);
   tally_.saved += hit.cost;
-  Reply r;
-  r.body = *hit.bytes;
-  r.usage = {hit.usage.prompt_tokens, hit.usage.completion_tokens};
+  Reply r = reply_of(hit);
   r.served = hit.promoted ? Served::fill : Served::cache;
   const bool from_fill = hit.promoted && hit.provenance.origin == csl::Origin::fill;
   const double waited = p.waited_ms;
@@ -401,8 +410,7 @@ void DemandFlow::take_fill(DemandId id, Pending& p, const ServeReply& hit, Deman
     // It led an execution others joined: they get the fill's result, as they would its own.
     auto l = std::make_shared<Landed>();
     l->outcome = Landed::Outcome::result;
-    l->reply.body = *hit.bytes;
-    l->reply.usage = {hit.usage.prompt_tokens, hit.usage.completion_tokens};
+    l->reply = reply_of(hit);
     l->cost = hit.cost;
     l->ref = hit.ref;
     fx.push_back(Land{std::exchange(p.execution, 0), std::move(l)});

@@ -234,6 +234,8 @@ class DemandFlow {
   void take_fill(DemandId id, Pending& p, const ServeReply& hit, DemandEffects& fx);
   void wait(DemandId id, Pending& p, std::chrono::milliseconds bound, DemandEffects& fx);
   void stop_waiting(DemandId id, Pending& p, DemandEffects& fx);
+  // The demand is no longer among the waiters of its stage's fill.
+  void leave_fill(DemandId id, const Pending& p);
   void land(Pending& p, Landed::Outcome outcome, const Reply& reply, DemandEffects& fx);
   void from_library(DemandId id, const ServeReply& hit, DemandEffects& fx);
   void answer(DemandId id, Reply reply, DemandEffects& fx);

@@ -62,28 +62,17 @@ class HoldEngine final : public engines::Engine {
     return submitted_;
   }
   // Every held request goes to the wrapped engine.
-  void release_all() {
-    for (auto& [h, held] : take()) {
-      const auto inner = inner_->submit(std::move(held.request), held.sink);
-      std::lock_guard lock(mutex_);
-      forwarded_[h] = inner;
-    }
-  }
+  void release_all() { forward(take()); }
   // The oldest held request (the first submitted of those held) goes to the wrapped engine.
   void release_first() {
-    Held first;
-    engines::RequestHandle h = 0;
+    std::map<engines::RequestHandle, Held> first;
     {
       std::lock_guard lock(mutex_);
       if (held_.empty()) return;
-      h = held_.begin()->first;
-      first = std::move(held_.begin()->second);
-      held_.erase(held_.begin());
+      first.insert(held_.extract(held_.begin()));
       changed_.notify_all();
     }
-    const auto inner = inner_->submit(std::move(first.request), first.sink);
-    std::lock_guard lock(mutex_);
-    forwarded_[h] = inner;
+    forward(std::move(first));
   }
   // The held requests of `kind` go to the wrapped engine; returns how many.
   std::size_t release_kind(engines::RequestKind kind) {
@@ -99,12 +88,9 @@ class HoldEngine final : public engines::Engine {
       }
       changed_.notify_all();
     }
-    for (auto& [h, held] : picked) {
-      const auto inner = inner_->submit(std::move(held.request), held.sink);
-      std::lock_guard lock(mutex_);
-      forwarded_[h] = inner;
-    }
-    return picked.size();
+    const auto n = picked.size();
+    forward(std::move(picked));
+    return n;
   }
   // Blocks until `n` requests of `kind` are held.
   void wait_held(engines::RequestKind kind, std::size_t n) {
@@ -132,6 +118,14 @@ class HoldEngine final : public engines::Engine {
     engines::EngineRequest request;
     std::shared_ptr<engines::ResponseSink> sink;
   };
+  // Sends `held` on to the wrapped engine, remembering each one's handle there (for cancel).
+  void forward(std::map<engines::RequestHandle, Held> held) {
+    for (auto& [h, request] : held) {
+      const auto inner = inner_->submit(std::move(request.request), request.sink);
+      std::lock_guard lock(mutex_);
+      forwarded_[h] = inner;
+    }
+  }
   std::map<engines::RequestHandle, Held> take() {
     std::lock_guard lock(mutex_);
     auto out = std::move(held_);
