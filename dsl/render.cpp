@@ -295,6 +295,111 @@ Expected<Bindings> read_outputs(const Stage& stage, const json& response) {
   return apply_all(stage, stage.outputs, response, "output");
 }
 
+namespace {
+
+// The selected text, trimmed and mapped: what read_selection and emitted_selection share.
+SelectionResult finish_selection(const Decision& decision, std::string text) {
+  SelectionResult out;
+  text = trim(std::move(text));
+  if (!decision.selection.map.empty()) {
+    const auto it = decision.selection.map.find(text);
+    if (it == decision.selection.map.end()) {
+      out.reason = "\"" + text + "\" is not in the selection map";
+      return out;
+    }
+    text = it->second;
+  }
+  if (text.empty()) {
+    out.reason = "the selection is empty";
+    return out;
+  }
+  out.status = SelectionResult::Status::selected;
+  out.value = std::move(text);
+  return out;
+}
+
+// The JSON pointer of a path of keys and indices (keys escaped as RFC 6901 has it).
+std::string pointer_of(const std::vector<std::string>& path) {
+  std::string out;
+  for (const auto& token : path) {
+    out.push_back('/');
+    for (const char c : token) {
+      if (c == '~')
+        out += "~0";
+      else if (c == '/')
+        out += "~1";
+      else
+        out.push_back(c);
+    }
+  }
+  return out;
+}
+
+// Reads a JSON text that may stop anywhere and finds the first string at `target` whose
+// closing quote is in it: nothing decoded later can change that string. (Numbers and literals
+// are left out: "12" may still become "123".)
+class CompleteStringAt : public nlohmann::json_sax<json> {
+ public:
+  explicit CompleteStringAt(std::string target) : target_(std::move(target)) {}
+  std::optional<std::string> found;
+
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
+  bool string(string_t& s) override {
+    if (pointer_of(path_) == target_) {
+      found = s;
+      return false;  // done: stop reading
+    }
+    return value();
+  }
+  bool start_object(std::size_t) override {
+    frames_.push_back(Frame{true, 0});
+    path_.emplace_back();  // the key comes next
+    return true;
+  }
+  bool key(string_t& k) override {
+    path_.back() = k;
+    return true;
+  }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override {
+    frames_.push_back(Frame{false, 0});
+    path_.push_back("0");
+    return true;
+  }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;  // the text stops here (or is not JSON): what was found stands
+  }
+
+ private:
+  struct Frame {
+    bool object = false;
+    std::size_t index = 0;
+  };
+  // A value ended: the next element of an array has the next index.
+  bool value() {
+    if (!frames_.empty() && !frames_.back().object)
+      path_.back() = std::to_string(++frames_.back().index);
+    return true;
+  }
+  bool close() {
+    frames_.pop_back();
+    path_.pop_back();
+    return value();  // the container itself was a value of its parent
+  }
+
+  std::string target_;
+  std::vector<Frame> frames_;
+  std::vector<std::string> path_;
+};
+
+}  // namespace
+
 SelectionResult read_selection(const Decision& decision, const json& decider_output) {
   using Status = SelectionResult::Status;
   SelectionResult out;
@@ -322,22 +427,43 @@ SelectionResult read_selection(const Decision& decision, const json& decider_out
   } else {
     text = text_of(*located);
   }
-  text = trim(std::move(text));
-  if (!decision.selection.map.empty()) {
-    const auto it = decision.selection.map.find(text);
-    if (it == decision.selection.map.end()) {
-      out.reason = "\"" + text + "\" is not in the selection map";
-      return out;
+  return finish_selection(decision, std::move(text));
+}
+
+std::optional<std::string> emitted_selection(const Decision& decision, const json& partial_output) {
+  const Extractor& ex = decision.selection.extract;
+  const json* v = resolve_pointer(partial_output, ex.pointer);
+  if (!v || !v->is_string()) return std::nullopt;
+  const auto& decoded = v->get_ref<const std::string&>();
+  std::string text;
+  if (ex.json_pointer) {
+    CompleteStringAt reader(*ex.json_pointer);
+    json::sax_parse(decoded, &reader, json::input_format_t::json, /*strict=*/false);
+    if (!reader.found) return std::nullopt;
+    text = std::move(*reader.found);
+    if (ex.regex) {
+      const auto matches = all_matches(*ex.regex, text);
+      if (matches.empty() || std::set<std::string>(matches.begin(), matches.end()).size() > 1)
+        return std::nullopt;
+      text = matches.front();
     }
-    text = it->second;
+  } else if (ex.regex) {
+    // Complete lines only: a match the next token could still extend or join is not read.
+    const auto end = decoded.rfind('\n');
+    if (end == std::string::npos) return std::nullopt;
+    const auto matches = all_matches(*ex.regex, decoded.substr(0, end + 1));
+    if (matches.empty() || std::set<std::string>(matches.begin(), matches.end()).size() > 1)
+      return std::nullopt;
+    text = matches.front();
+  } else if (ex.pointer.size() >= 14 &&
+             ex.pointer.compare(ex.pointer.size() - 14, 14, "/function/name") == 0) {
+    text = decoded;  // a tool call's name comes whole, in the call's first delta
+  } else {
+    return std::nullopt;  // the whole text: only the end of the decode says it is complete
   }
-  if (text.empty()) {
-    out.reason = "the selection is empty";
-    return out;
-  }
-  out.status = Status::selected;
-  out.value = std::move(text);
-  return out;
+  auto sel = finish_selection(decision, std::move(text));
+  if (sel.status != SelectionResult::Status::selected) return std::nullopt;
+  return std::move(sel.value);
 }
 
 std::vector<std::string> extract_candidates(const CandidateSource& source, const json& output) {

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -64,6 +65,22 @@ struct SelectionResult {
 // matches more than once with different captures; unreadable when nothing matches, the text
 // is not in `map`, or the pointer does not resolve. Either way nothing may be promoted.
 SelectionResult read_selection(const Decision& decision, const nlohmann::json& decider_output);
+
+// The selection a deciding stage has already emitted, read from its output so far: the
+// response assembled from the chunks decoded until now, in the shape of the whole response.
+// Only what further decoding cannot change counts:
+//   - a regex over text: the matches on the complete lines (up to the last line break), when
+//     they all capture the same value;
+//   - JSON in a string (`json:`): a string value at the inner pointer whose closing quote has
+//     been decoded (then the regex, if any, over it);
+//   - a pointer to a tool call's name (`.../function/name`): the name, which engines send whole
+//     in the call's first delta;
+// then `map` as read_selection applies it; nullopt otherwise (a selection that is the whole
+// text is complete only at the end of the decode). The whole output still resolves the branch
+// (read_selection): an emitted selection only stops the other candidates' fills sooner, so
+// one that the rest of the output contradicts costs speculation, never a result.
+std::optional<std::string> emitted_selection(const Decision& decision,
+                                             const nlohmann::json& partial_output);
 
 // Candidates an `extract` source reads from a stage's latest output: every regex match's
 // first capture group (or each element of a list found at the pointer), in order of first

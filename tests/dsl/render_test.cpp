@@ -2,6 +2,7 @@
 #include "test_util.hpp"
 
 #include <gtest/gtest.h>
+#include <re2/re2.h>
 
 namespace dynrt::dsl {
 namespace {
@@ -163,6 +164,65 @@ TEST(Selection, MapsAndParsesJson) {
   mapped.selection.map = {{"1", "weather"}, {"2", "email"}};
   EXPECT_EQ(read_selection(mapped, chat_response(" 2\n")).value, "email");
   EXPECT_EQ(read_selection(mapped, chat_response("3")).status, SelectionResult::Status::unreadable);
+}
+
+// -- what a decode has emitted so far ----------------------------------------------------------
+
+TEST_F(RenderTest, AnEmittedRegexSelectionNeedsItsLineComplete) {
+  const Decision& d = *g_.decision("handler");
+  EXPECT_EQ(emitted_selection(d, chat_response("Thinking...\nHANDLER: cal")), std::nullopt);
+  // "HANDLER: calendar" may still become something else until its line ends.
+  EXPECT_EQ(emitted_selection(d, chat_response("HANDLER: calendar")), std::nullopt);
+  EXPECT_EQ(emitted_selection(d, chat_response("HANDLER: calendar\nBecause the")), "calendar");
+  // Two different values on complete lines: the whole output will be ambiguous.
+  EXPECT_EQ(emitted_selection(d, chat_response("HANDLER: email\nHANDLER: weather\n")),
+            std::nullopt);
+  EXPECT_EQ(emitted_selection(d, chat_response("HANDLER: email\nHANDLER: email\n")), "email");
+  EXPECT_EQ(emitted_selection(d, json::parse(R"({"choices": []})")), std::nullopt);
+}
+
+TEST(Emission, AJsonSelectionNeedsItsClosingQuote) {
+  const TemplateGraph g = compile_clean(testing::read_file("templates/subagent.yaml"));
+  const Decision& d = *g.decision("subagent");
+  EXPECT_EQ(emitted_selection(d, chat_response(R"({"subagent": "hist)")), std::nullopt);
+  EXPECT_EQ(emitted_selection(d, chat_response(R"({"subagent": "history")")), "history");
+  EXPECT_EQ(
+      emitted_selection(
+          d, chat_response(R"({"reasoning": "a \"b\" [1, {}]", "subagent": "science", "why)")),
+      "science");
+  // A string elsewhere, even one named alike, is not the selection.
+  EXPECT_EQ(emitted_selection(d, chat_response(R"({"notes": {"subagent": "history"}, "sub)")),
+            std::nullopt);
+  EXPECT_EQ(emitted_selection(d, chat_response("not json")), std::nullopt);
+
+  Decision nested;
+  nested.selection.extract.pointer = "/choices/0/message/content";
+  nested.selection.extract.json_pointer = "/plan/1/agent";
+  EXPECT_EQ(
+      emitted_selection(nested, chat_response(R"({"plan": [{"agent": "a"}, {"agent": "b"}, )")),
+      "b");
+  EXPECT_EQ(emitted_selection(nested, chat_response(R"({"plan": [{"agent": "a"}, {"agent": "b)")),
+            std::nullopt);
+}
+
+TEST(Emission, AToolCallNameIsEmittedWholeAndAWholeTextSelectionOnlyAtTheEnd) {
+  Decision tool;
+  tool.selection.extract.pointer = "/choices/0/message/tool_calls/0/function/name";
+  const json call = json::parse(R"({"choices": [{"message": {"content": null, "tool_calls": [
+      {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"ci"}}]}}]})");
+  EXPECT_EQ(emitted_selection(tool, call), "get_weather");
+  Decision whole;
+  whole.selection.extract.pointer = "/choices/0/message/content";
+  whole.selection.map = {{"1", "weather"}};
+  EXPECT_EQ(emitted_selection(whole, chat_response("1")), std::nullopt);
+  // A map applies to what was emitted as it does to the whole output.
+  Decision mapped;
+  mapped.selection.extract.pointer = "/choices/0/message/content";
+  mapped.selection.extract.regex_source = "PICK (\\d)";
+  mapped.selection.extract.regex = std::make_shared<const re2::RE2>("PICK (\\d)");
+  mapped.selection.map = {{"1", "weather"}};
+  EXPECT_EQ(emitted_selection(mapped, chat_response("PICK 1\n")), "weather");
+  EXPECT_EQ(emitted_selection(mapped, chat_response("PICK 2\n")), std::nullopt);
 }
 
 TEST(Candidates, ExtractReadsTheLatestOutputInOrder) {
