@@ -43,6 +43,11 @@ struct EngineRequest {
   // The tenant whose call (or whose run's speculation) this is: for accounting and checks on
   // the caller's side; adapters never send it to the engine.
   std::string tenant;
+  // The caller wants the text as it is decoded, although the request does not stream (the
+  // runtime reads a decision from it as soon as it is emitted). An engine that can observe its
+  // own decode (the simulated one) calls on_progress with each chunk it would have streamed; an
+  // engine behind HTTP cannot without changing the request, and ignores it. Never sent.
+  bool progress = false;
 };
 
 struct Usage {
@@ -95,6 +100,9 @@ class ResponseSink {
   virtual ~ResponseSink() = default;
   // One SSE data payload (a chat.completion.chunk or text_completion JSON text).
   virtual void on_chunk(std::string_view data) = 0;
+  // For a request that does not stream and asked for `progress`: what on_chunk would have
+  // received. Nothing of it goes to a caller.
+  virtual void on_progress(std::string_view /*data*/) {}
   virtual void on_complete(EngineResult result) = 0;
   virtual void on_error(EngineError error) = 0;
 };

@@ -193,6 +193,14 @@ std::string StreamAssembler::finish_reason() const {
 }
 
 std::string StreamAssembler::body() const {
+  return assembled().dump();
+}
+
+nlohmann::json StreamAssembler::document() const {
+  return nlohmann::json(assembled());
+}
+
+nlohmann::ordered_json StreamAssembler::assembled() const {
   ordered_json j;
   j["id"] = id_;
   j["object"] = chat_ ? "chat.completion" : "text_completion";
@@ -243,7 +251,7 @@ std::string StreamAssembler::body() const {
   } else {
     j["usage"] = ordered_json{{"prompt_tokens", 0}, {"completion_tokens", 0}, {"total_tokens", 0}};
   }
-  return j.dump();
+  return j;
 }
 
 }  // namespace dynrt::engines

@@ -41,6 +41,8 @@ class StreamAssembler {
 
   // The response assembled from the chunks so far.
   std::string body() const;
+  // ... as a document (the text decoded so far, for a stream still running).
+  nlohmann::json document() const;
   // Every choice finished and everything the stream carried went into body().
   bool complete() const { return why_incomplete().empty(); }
   // Why the result is incomplete ("" when it is complete).
@@ -63,6 +65,7 @@ class StreamAssembler {
     std::optional<nlohmann::json> stop_reason, matched_stop;  // present once a chunk has them
   };
 
+  nlohmann::ordered_json assembled() const;
   void add_choice(const nlohmann::json& c);
   void add_delta(Choice& choice, const nlohmann::json& delta);
   void add_tool_call(Choice& choice, const nlohmann::json& call);

@@ -178,7 +178,7 @@ void SimEngine::collect_locked(SimTime now, std::vector<SimEvent>& events, Ready
   for (SimEvent& e : events) {
     const auto it = sinks_.find(e.handle);
     if (it == sinks_.end()) continue;
-    if (e.type == SimEvent::Type::chunk) {
+    if (e.type == SimEvent::Type::chunk || e.type == SimEvent::Type::progress) {
       ready.emplace_back(it->second, std::move(e));
     } else {
       owner_.erase(e.handle);
@@ -194,6 +194,9 @@ void SimEngine::deliver(Ready& ready) {
     switch (e.type) {
       case SimEvent::Type::chunk:
         sink->on_chunk(e.data);
+        break;
+      case SimEvent::Type::progress:
+        sink->on_progress(e.data);
         break;
       case SimEvent::Type::complete:
         sink->on_complete(std::move(e.result));

@@ -42,6 +42,7 @@ void SimModel::submit(RequestHandle handle, EngineRequest request, SimTime now) 
   r.gen = std::move(*gen);
   r.meta = response_meta(request.endpoint, request.body);
   r.stream = wants_stream(request.body);
+  r.progress = !r.stream && request.progress;
   r.kv_need = r.gen.prompt_tokens + static_cast<std::int64_t>(r.gen.tokens.size());
   r.arrival = now;
   if (r.kv_need > params_.kv_tokens) {
@@ -183,10 +184,10 @@ std::optional<SimTime> SimModel::next_event() const {
 }
 
 void SimModel::emit_chunks(Req& r, SimTime now, bool final, std::vector<SimEvent>& events) {
-  if (!r.stream) return;
+  if (!r.stream && !r.progress) return;
   auto push = [&](std::string data) {
     SimEvent e;
-    e.type = SimEvent::Type::chunk;
+    e.type = r.stream ? SimEvent::Type::chunk : SimEvent::Type::progress;
     e.handle = r.handle;
     e.data = std::move(data);
     e.at = now;

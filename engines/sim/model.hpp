@@ -68,10 +68,10 @@ struct SimParams {
 };
 
 struct SimEvent {
-  enum class Type { chunk, complete, error };
+  enum class Type { chunk, progress, complete, error };
   Type type = Type::chunk;
   RequestHandle handle = 0;
-  std::string data;     // chunk
+  std::string data;     // chunk, progress
   EngineResult result;  // complete
   EngineError error;    // error
   SimTime at{0};
@@ -125,6 +125,7 @@ class SimModel {
     Generation gen;
     ResponseMeta meta;
     bool stream = false;
+    bool progress = false;  // not streamed, but its chunks go to on_progress
     Phase phase = Phase::queued;
     std::int64_t kv_need = 0;
     std::uint64_t seq = 0;  // arrival order

@@ -47,7 +47,8 @@ struct Sim {
   }
   const SimEvent* completion(RequestHandle h) const {
     for (const auto& e : events) {
-      if (e.handle == h && e.type != SimEvent::Type::chunk) return &e;
+      if (e.handle == h && e.type != SimEvent::Type::chunk && e.type != SimEvent::Type::progress)
+        return &e;
     }
     return nullptr;
   }
@@ -469,6 +470,38 @@ TEST(SimStream, ChunksReassembleTheResponse) {
   EXPECT_TRUE(last["choices"].empty());
   EXPECT_EQ(last["usage"]["completion_tokens"], 10);
   EXPECT_EQ(chunks[chunks.size() - 2]["choices"][0]["finish_reason"], "length");
+}
+
+// A request that does not stream but asks for progress: the chunks a stream would carry come as
+// progress events, in time with the decode, and the response is the non-streamed one, byte
+// for byte.
+TEST(SimStream, ProgressReportsTheDecodeOfARequestThatDoesNotStream) {
+  SimParams p;
+  p.chunk_tokens = 3;
+  Sim plain(p), watched(p);
+  EngineRequest r = chat("watch me", 10);
+  plain.model.submit(1, r, at_ms(0));
+  plain.all();
+  r.progress = true;
+  watched.model.submit(1, r, at_ms(0));
+  watched.all();
+  std::string text;
+  std::size_t progress = 0;
+  for (const auto& e : watched.events) {
+    EXPECT_NE(e.type, SimEvent::Type::chunk) << "nothing streams";
+    if (e.type != SimEvent::Type::progress) continue;
+    ++progress;
+    EXPECT_LT(e.at, watched.completion(1)->at + std::chrono::nanoseconds(1));
+    const json c = json::parse(e.data);
+    if (!c["choices"].empty() && c["choices"][0]["delta"].contains("content"))
+      text += c["choices"][0]["delta"]["content"].get<std::string>();
+  }
+  EXPECT_GE(progress, 4u);
+  EXPECT_LT(watched.events.front().at, watched.completion(1)->at) << "reported as decoded";
+  EXPECT_EQ(watched.completion(1)->result.body, plain.completion(1)->result.body);
+  EXPECT_EQ(text,
+            json::parse(plain.completion(1)->result.body)["choices"][0]["message"]["content"]);
+  EXPECT_EQ(plain.events.size(), 1u) << "no progress unless asked for";
 }
 
 // -- the threaded engine ------------------------------------------------------------------------
