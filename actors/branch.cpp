@@ -85,6 +85,10 @@ void spawn_fills(Self self, const AdmitReply& admitted) {
       self->send(svc.pricing, release_atom::value, reservation);
       continue;
     }
+    if (st.branch->outrun(rank)) {  // the decider already emitted another selection
+      self->send(svc.pricing, release_atom::value, reservation);
+      continue;
+    }
     const std::uint64_t id = svc.counters->next_id++;
     st.branch->admit(id, rank, reservation);
     auto init = std::make_shared<FillInit>();
@@ -313,6 +317,15 @@ behavior branch_actor(Self self, BranchInitPtr init) {
                                 res.selected_rank, st.gated_open});
         arm(self, svc.policy.settle_after, settleby_atom::value);
         maybe_settle(self);
+      },
+      // Resolve on emission: the decider's selection showed before its output ended.
+      [=](emitted_atom, const std::string& selection) {
+        auto& st = self->state;
+        for (const auto id : st.branch->emitted(selection))
+          if (auto it = st.fills.find(id); it != st.fills.end()) {
+            ++st.init->services->counters->fills_outrun;
+            self->send(it->second, fcancel_atom::value);
+          }
       },
       [=](demanded_atom, bool consumed, double saved_ms, double wait_ms, bool judged) {
         auto& st = self->state;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <shared_mutex>
+#include "actors/emission.hpp"
 #include "actors/reply.hpp"
 #include "actors/runtime.hpp"
 #include "actors/time.hpp"
@@ -86,6 +87,7 @@ using fend_atom = caf::atom_constant<caf::atom("fend")>;           // fill -> wo
 using fstored_atom = caf::atom_constant<caf::atom("fstored")>;     // fill -> branch
 using fdone_atom = caf::atom_constant<caf::atom("fdone")>;         // fill -> branch
 using fcancel_atom = caf::atom_constant<caf::atom("fcancel")>;     // branch -> fill
+using emitted_atom = caf::atom_constant<caf::atom("emitted")>;     // watch -> workflow -> branch
 using waitend_atom = caf::atom_constant<caf::atom("waitend")>;     // workflow: a wait's bound
 using idle_atom = caf::atom_constant<caf::atom("idle")>;           // workflow <-> root: idle check
 using stop_atom = caf::atom_constant<caf::atom("stopwf")>;         // root -> workflow: retire
@@ -102,7 +104,7 @@ struct Counters {
       branches_gated{0}, branches_settled{0}, fills_issued{0}, fills_suppressed{0},
       fills_completed{0}, fills_failed{0}, fills_cancelled{0}, fills_consumed{0}, shadows_stored{0},
       shadows_discarded{0}, writes{0}, workflows_live{0}, coalesced{0}, runs_evicted{0},
-      runs_expired{0}, fills_running{0}, runs_refused{0};
+      runs_expired{0}, fills_running{0}, runs_refused{0}, emissions{0}, fills_outrun{0};
   std::atomic<std::uint64_t> next_id{1};  // branch and fill ids, unique in the process
   std::atomic<std::int64_t> saved_us{0}, wasted_us{0};
 };
@@ -181,6 +183,9 @@ struct Exec {
   std::shared_ptr<ReplySink> answer_to;  // pass-through: the final answer goes here directly
   std::shared_ptr<ReplySink> call;       // the call it runs for (a client's cancel aborts it)
   std::shared_ptr<Cancellation> cancel;  // speculative work: its owner's end aborts it
+  // A deciding stage's run: reads the selection from the decode as it is emitted (the request
+  // then asks its engine for progress when it does not stream).
+  std::shared_ptr<EmissionWatch> watch;
 };
 using ExecPtr = std::shared_ptr<const Exec>;
 

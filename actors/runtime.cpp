@@ -58,6 +58,7 @@ run::Policy policy_of(const RuntimeConfig& cfg) {
                      .fanout = cfg.fanout,
                      .fill_depth = cfg.fill_depth,
                      .private_fills = cfg.private_fills,
+                     .emission = cfg.emission,
                      .settle_after = cfg.settle_after};
 }
 

@@ -82,8 +82,11 @@ struct RuntimeConfig {
   int fanout = -1;             // most fills per branch; -1: each decision's max_fills
   int fill_depth = 0;          // stages a fill runs down its chain; 0: the whole speculable chain
   bool private_fills = false;  // a fill's result serves only demands of the run that made it
-  int decode_slots = 0;        // the engines' decode slots for pricing; 0: from the engine's load
-  double kv_tokens = 0;        // the engines' KV pool in tokens for pricing; 0: from the engine
+  // Resolve on emission: stop the other candidates' fills as soon as a decider's selection can
+  // be read from its decode (streamed calls, or engines that report progress), not at its end.
+  bool emission = true;
+  int decode_slots = 0;  // the engines' decode slots for pricing; 0: from the engine's load
+  double kv_tokens = 0;  // the engines' KV pool in tokens for pricing; 0: from the engine
   csl::Limits csl;
   admission::AdmissionConfig admission;
   admission::CostModelConfig costs;
@@ -114,6 +117,8 @@ struct RuntimeStats {
   std::uint64_t fills_failed = 0;
   std::uint64_t fills_cancelled = 0;
   std::uint64_t fills_consumed = 0;
+  std::uint64_t emissions = 0;     // selections read from a decode before it ended
+  std::uint64_t fills_outrun = 0;  // ... and the other candidates' fills they stopped then
   std::uint64_t shadows_stored = 0;
   std::uint64_t shadows_discarded = 0;
   double engine_ms_saved = 0;   // engine time of results served without execution

@@ -59,6 +59,10 @@ class ActorSink final : public engines::ResponseSink {
   void on_chunk(std::string_view data) override {
     if (exec_->stream_to) exec_->stream_to->chunk(data);
     if (exec_->answer_to) exec_->answer_to->chunk(data);
+    if (exec_->watch) exec_->watch->feed(data);
+  }
+  void on_progress(std::string_view data) override {
+    if (exec_ && exec_->watch) exec_->watch->feed(data);
   }
   void on_complete(engines::EngineResult result) override { complete(std::move(result), {}); }
   void complete(engines::EngineResult result, std::vector<std::string> writes) {
@@ -197,6 +201,7 @@ behavior engine_actor(event_based_actor* self, std::shared_ptr<engines::Engine> 
         req.priority = exec->priority;
         req.id = exec->id;
         req.tenant = exec->tenant;
+        req.progress = exec->watch != nullptr;
         auto sink = std::make_shared<ActorSink>(exec, in_flight);
         const auto handle = engine->submit(std::move(req), sink);
         sink->submitted(handle);

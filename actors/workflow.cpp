@@ -114,6 +114,12 @@ void execute(Self self, const run::demand::Execute& e) {
   exec->tag = e.id;
   if (d.sink->stream()) exec->stream_to = d.sink;
   exec->call = d.sink;
+  // A deciding stage whose branch is open: read the selection as it is decoded.
+  if (svc.policy.emission)
+    if (const auto* stage = st.init.graph->stage(d.request.tags.stage);
+        stage && stage->decides != dsl::kNoId && st.run->emission_target(stage->decides))
+      exec->watch = std::make_shared<EmissionWatch>(st.init.graph, stage->decides,
+                                                    exec->endpoint != "/v1/completions", self);
   auto executor = svc.executor_for(exec->endpoint, exec->body);
   if (!executor) return carry_out(self, st.flow->refused(e.id, no_executor_reply(exec->endpoint)));
   exec->cancel = std::make_shared<Cancellation>();
@@ -262,6 +268,13 @@ behavior workflow_actor(Self self, WorkflowInit init) {
       },
       [=](fend_atom, const Hash128& name, std::uint64_t fill, bool stored) {
         carry_out(self, self->state.flow->fill_ended(name, fill, stored));
+      },
+      [=](emitted_atom, std::uint64_t decision, const std::string& selection) {
+        auto& s = self->state;
+        ++svc_of(self).counters->emissions;
+        if (const auto b = s.run->emission_target(static_cast<dsl::DecisionId>(decision)))
+          if (const auto it = s.branches.find(*b); it != s.branches.end())
+            self->send(it->second, emitted_atom::value, selection);
       },
       [=](waitend_atom, std::uint64_t id, std::uint64_t wait) {
         carry_out(self, self->state.flow->wait_over(id, wait));

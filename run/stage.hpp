@@ -39,6 +39,9 @@ struct Policy {
   int fanout = -1;             // most fills per branch; -1: each decision's max_fills
   int fill_depth = 0;          // stages a fill runs down its chain; 0: the whole chain
   bool private_fills = false;  // a fill's result serves only demands of the run that made it
+  // Resolve on emission: an exclusive branch stops its other candidates' fills as soon as the
+  // decider's selection can be read from its decode, not at the end of the decode.
+  bool emission = true;
   std::chrono::milliseconds settle_after{30'000};
 };
 

@@ -141,6 +141,16 @@ std::vector<WorkflowRun::Verdict> WorkflowRun::demanded(const dsl::Stage& stage,
   return out;
 }
 
+std::optional<std::uint64_t> WorkflowRun::emission_target(dsl::DecisionId decision) const {
+  if (decision >= graph_->decisions.size()) return std::nullopt;
+  const auto& d = graph_->decisions[decision];
+  if (d.window != dsl::Window::decode || d.promotion != dsl::Promotion::exclusive)
+    return std::nullopt;
+  const auto it = branches_.find(decision);
+  if (it == branches_.end() || it->second.resolved) return std::nullopt;
+  return it->second.id;
+}
+
 std::vector<std::uint64_t> WorkflowRun::open_branches() const {
   std::vector<std::uint64_t> out;
   for (const auto& [d, b] : branches_)

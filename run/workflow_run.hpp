@@ -78,6 +78,9 @@ class WorkflowRun {
   };
   std::vector<Verdict> demanded(const dsl::Stage& stage, bool from_fill, std::uint64_t fill_branch,
                                 bool cached = false);
+  // The open branch that a selection `decision`'s decider emits goes to: while it is unresolved,
+  // for a decode window with exclusive promotion (independent candidates all stay eligible).
+  std::optional<std::uint64_t> emission_target(dsl::DecisionId decision) const;
   // Branches still open (for the actor to abandon when the run ends).
   std::vector<std::uint64_t> open_branches() const;
 

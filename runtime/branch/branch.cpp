@@ -111,6 +111,20 @@ std::uint64_t BranchState::finished(FillId fill, FillStatus status, Duration eng
   return f->reservation;
 }
 
+std::vector<FillId> BranchState::emitted(const std::string& selection) {
+  std::vector<FillId> out;
+  if (!exclusive_ || emitted_ || phase_ == Phase::resolved || phase_ == Phase::settled) return out;
+  emitted_ = selection;
+  for (const auto& f : fills_)
+    if (f.status == FillStatus::running && outrun(f.rank)) out.push_back(f.id);
+  return out;
+}
+
+bool BranchState::outrun(std::size_t rank) const {
+  return emitted_ && phase_ != Phase::resolved && rank < candidates_.size() &&
+         candidates_[rank] != *emitted_;
+}
+
 Resolution BranchState::resolve(Outcome outcome, std::string selection) {
   Resolution r;
   if (phase_ == Phase::resolved || phase_ == Phase::settled || outcome == Outcome::pending ||

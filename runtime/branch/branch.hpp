@@ -116,6 +116,13 @@ class BranchState {
   // A fill ended. Returns its reservation the first time (release it), 0 otherwise.
   std::uint64_t finished(FillId fill, FillStatus status, Duration engine_time);
 
+  // Resolve on emission: the decider emitted `selection` before its output ended. For an
+  // exclusive branch not yet resolved, the other candidates' fills are then of no use (unless
+  // the rest of the output contradicts it); returns the running ones to cancel, and from now on
+  // outrun() tells the caller not to start theirs. resolve() still decides what is promoted.
+  std::vector<FillId> emitted(const std::string& selection);
+  bool outrun(std::size_t rank) const;
+
   Resolution resolve(Outcome outcome, std::string selection);
   // The selected downstream stage was demanded: served from this branch's fill or not.
   void demanded(bool consumed, double saved_ms, double wait_ms);
@@ -141,6 +148,7 @@ class BranchState {
   Phase phase_ = Phase::proposing;
   std::vector<std::string> candidates_;
   std::vector<Fill> fills_;
+  std::optional<std::string> emitted_;
   Feedback feedback_;
 };
 

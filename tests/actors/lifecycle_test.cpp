@@ -290,16 +290,9 @@ class FillsFirstEngine final : public engines::Engine {
   std::thread guard_thread_;
 };
 
-// A router that answers at once resolves while every fill still decodes: the losers are
-// aborted in the engine and their slots and KV come back; the winner is waited for. Each
-// router demand reaches the engine only after its branch's three fills (weather, calendar,
-// email) have: the order the scenario is about, made certain rather than hoped for. The
-// losers' answers are scripted to run to the handler's max_tokens (256 tokens, 320 ms at
-// this time scale, where the router takes about 8 ms), so the cancel has that long to come.
-TEST(NonInterference, ExclusiveLosersAreAbortedInTheEngine) {
-  auto w = with_router_answers(bench::make_workload(graph("routing"), {5, 1, 1.0}),
-                               {"HANDLER: calendar"});
-  w.runs[0].picks = {"calendar", "calendar"};
+// The handler answers of the losers (weather, email) of both turns of the first run, scripted to
+// run to the handler's max_tokens (256 tokens).
+void script_long_losers(bench::Workload& w) {
   std::string long_answer;
   for (int i = 0; i < 400; ++i)
     long_answer += " word";
@@ -310,6 +303,19 @@ TEST(NonInterference, ExclusiveLosersAreAbortedInTheEngine) {
                             {{"handler", loser}, {"query", bench::routing_query(w.runs[0], turn)}});
       w.script.add_exact(body->body, long_answer);
     }
+}
+
+// A router that answers at once resolves while every fill still decodes: the losers are
+// aborted in the engine and their slots and KV come back; the winner is waited for. Each
+// router demand reaches the engine only after its branch's three fills (weather, calendar,
+// email) have: the order the scenario is about, made certain rather than hoped for. The
+// losers' answers are scripted to run to the handler's max_tokens (256 tokens, 320 ms at
+// this time scale, where the router takes about 8 ms), so the cancel has that long to come.
+TEST(NonInterference, ExclusiveLosersAreAbortedInTheEngine) {
+  auto w = with_router_answers(bench::make_workload(graph("routing"), {5, 1, 1.0}),
+                               {"HANDLER: calendar"});
+  w.runs[0].picks = {"calendar", "calendar"};
+  script_long_losers(w);
   RigOptions o{true, true, 50};
   o.wrap_engine = [](std::shared_ptr<engines::Engine> sim) {
     return std::make_shared<FillsFirstEngine>(std::move(sim), 3, 2);  // two turns' routers
@@ -337,6 +343,80 @@ TEST(NonInterference, ExclusiveLosersAreAbortedInTheEngine) {
   EXPECT_EQ(load.slots_busy, 0);
   EXPECT_EQ(load.kv_used, 0);
   EXPECT_GT(rig.engine->counters().wasted.count(), 0) << "the aborted work is counted as waste";
+}
+
+// Resolve on emission: a router that writes its HANDLER line first and then goes on decoding
+// stops the losers' fills as soon as that line is complete. The losers are scripted shorter than
+// the router's decode (256 tokens against its 300-odd), so without the emission they would run
+// to their end; with it the engine completes only the routers and the winners. The router's
+// answer is still the whole output, and the whole output still resolves the branch: the handler
+// demand is served by the winner's fill.
+TEST(Emission, LosersStopWhenTheDeciderEmitsItsSelection) {
+  std::string reasoning;
+  for (int i = 0; i < 300; ++i)
+    reasoning += " because";
+  const std::string router_answer = "HANDLER: calendar\n" + reasoning;
+  auto w =
+      with_router_answers(bench::make_workload(graph("routing"), {5, 1, 1.0}), {router_answer});
+  w.runs[0].picks = {"calendar", "calendar"};
+  script_long_losers(w);
+  for (const bool emission : {true, false}) {
+    SCOPED_TRACE(emission ? "resolve on emission" : "resolve at the end of the decode");
+    RigOptions o{true, true, 50};
+    o.emission = emission;
+    o.wrap_engine = [](std::shared_ptr<engines::Engine> sim) {
+      return std::make_shared<FillsFirstEngine>(std::move(sim), 3, 2);  // two turns' routers
+    };
+    Rig rig(w, o);
+    const auto r = rig.drive(w.runs[0]);
+    ASSERT_TRUE(r.ok()) << r.error;
+    for (const auto& s : r.steps) {
+      if (s.stage == "router") {
+        EXPECT_EQ(nlohmann::json::parse(s.reply.body)["choices"][0]["message"]["content"],
+                  router_answer);
+      }
+      if (s.stage == "handle") {
+        EXPECT_EQ(s.reply.served, Served::fill);
+      }
+    }
+    rig.engine->drain();
+    const auto st =
+        await_stats(*rig.runtime, [](const RuntimeStats& x) { return x.branches_settled >= 2; });
+    const auto c = rig.engine->counters();
+    if (emission) {
+      EXPECT_EQ(st.emissions, 2u);
+      EXPECT_EQ(st.fills_outrun, 4u) << "both losers of both turns, still decoding";
+      EXPECT_EQ(c.completed, 4u) << "no loser ran to its end";
+    } else {
+      EXPECT_EQ(st.emissions, 0u);
+      EXPECT_EQ(st.fills_outrun, 0u);
+      EXPECT_GT(c.completed, 4u) << "losers shorter than the decode ran to their end";
+    }
+  }
+}
+
+// An emission that the rest of the output contradicts promotes nothing: the losers were
+// stopped early, and the whole output, ambiguous, discards the winner's fill too.
+TEST(Emission, AnEmissionTheWholeOutputContradictsPromotesNothing) {
+  auto w = with_router_answers(bench::make_workload(graph("routing"), {6, 1, 1.0}),
+                               {"HANDLER: weather\n" + std::string(200, 'x') + " HANDLER: email"});
+  RigOptions o{true, true, 10};
+  o.wrap_engine = [](std::shared_ptr<engines::Engine> sim) {
+    return std::make_shared<FillsFirstEngine>(std::move(sim), 3, 1);
+  };
+  Rig rig(w, o);
+  ASSERT_FALSE(rig.drive(w.runs[0]).ok()) << "the harness cannot read a selection either";
+  rig.engine->drain();
+  auto body =
+      dsl::render_stage(*graph("routing").stage("handle"),
+                        {{"handler", "weather"}, {"query", bench::routing_query(w.runs[0], 0)}});
+  const auto reply =
+      rig.runtime
+          ->complete(
+              {"/v1/chat/completions", body->body, {"routing", w.runs[0].workflow_id, "handle"}})
+          .get();
+  EXPECT_EQ(reply.served, Served::engine) << "the emitted selection's fill was promoted";
+  EXPECT_EQ(rig.runtime->stats().emissions, 1u);
 }
 
 // An ambiguous selection promotes nothing: every demand runs on the engine. The router's

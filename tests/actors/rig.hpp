@@ -28,6 +28,7 @@ struct RigOptions {
   int fanout = -1;
   int fill_depth = 0;
   bool private_fills = false;
+  bool emission = true;
   // The runtime's engine, given the simulated one: a test's wrapper around it, or itself.
   std::function<std::shared_ptr<engines::Engine>(std::shared_ptr<engines::Engine>)> wrap_engine =
       nullptr;
@@ -63,6 +64,7 @@ struct Rig {
     cfg.fanout = o.fanout;
     cfg.fill_depth = o.fill_depth;
     cfg.private_fills = o.private_fills;
+    cfg.emission = o.emission;
     cfg.time = time;
     auto rt = Runtime::create(cfg);
     EXPECT_TRUE(rt.ok()) << (rt.ok() ? "" : rt.error().message);

@@ -92,6 +92,18 @@ TEST_F(WorkflowRunRouting, RouterCompletionResolvesTheOpenBranchToTheSelectedHan
   EXPECT_EQ(run.vars().at("handler"), "email");
 }
 
+// Resolve on emission: a selection the router emits goes to its open branch, until the whole
+// output resolves it.
+TEST_F(WorkflowRunRouting, AnEmittedSelectionGoesToTheOpenBranchUntilItResolves) {
+  WorkflowRun run(g, true);
+  EXPECT_EQ(run.emission_target(handler), std::nullopt) << "no branch open yet";
+  open_branch(run, 7);
+  EXPECT_EQ(run.emission_target(handler), 7u);
+  run.completed(router, chat("HANDLER: email"), kNoEntry);
+  EXPECT_EQ(run.emission_target(handler), std::nullopt) << "resolved";
+  EXPECT_EQ(run.emission_target(dsl::kNoId), std::nullopt);
+}
+
 TEST_F(WorkflowRunRouting, ResolvedBranchLearnsOnceThatItsFillServedTheHandlerDemand) {
   WorkflowRun run(g, true);
   open_branch(run, 7);
@@ -372,6 +384,7 @@ TEST_F(WorkflowRunHci, ActDemandCarriesTheUsersPickAndResolvesTheBranch) {
   const auto opened = run.completed(offer, offered, kNoEntry);
   ASSERT_EQ(opened.open.size(), 1u);
   run.opened(opened.open[0], 11);
+  EXPECT_EQ(run.emission_target(action), std::nullopt) << "a user's pick is not decoded";
 
   const auto fx = run.demand(act, body(*g, "act", {{"dialog", "plan my day"}, {"action", "b"}}));
 

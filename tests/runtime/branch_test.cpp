@@ -210,6 +210,47 @@ TEST(Branch, ExclusiveSelectionCancelsAndDiscardsTheLosersAndKeepsTheWinner) {
   }
 }
 
+// -- resolve on emission ---------------------------------------------------------------------
+
+TEST(Branch, AnEmittedSelectionCancelsTheOtherCandidatesRunningFills) {
+  BranchState b = three_fills(true);
+  b.finished(12, FillStatus::done, milliseconds(5));  // "sales" already ended
+  const auto cancel = b.emitted("tech");
+  EXPECT_EQ(cancel, (std::vector<FillId>{10}));
+  EXPECT_TRUE(b.outrun(0));
+  EXPECT_FALSE(b.outrun(1));
+  EXPECT_TRUE(b.outrun(2));
+  EXPECT_EQ(b.phase(), Phase::filling) << "only the whole output resolves the branch";
+  EXPECT_TRUE(b.emitted("sales").empty()) << "the first emission stands";
+  // The whole output decides what is promoted, and it may disagree with the emission.
+  const Resolution r = b.resolve(Outcome::selected, "sales");
+  EXPECT_EQ(r.selected_rank, 2u);
+  EXPECT_FALSE(b.outrun(0)) << "resolved: nothing is outrun any more";
+}
+
+TEST(Branch, AnEmittedSelectionNoCandidateNamedOutrunsEveryFill) {
+  BranchState b = three_fills(true);
+  EXPECT_EQ(b.emitted("refunds").size(), 3u);
+}
+
+TEST(Branch, AnEmittedSelectionChangesNothingForIndependentOrResolvedBranches) {
+  BranchState independent = three_fills(false);
+  EXPECT_TRUE(independent.emitted("tech").empty());
+  EXPECT_FALSE(independent.outrun(0));
+  BranchState resolved = three_fills(true);
+  resolved.resolve(Outcome::selected, "tech");
+  EXPECT_TRUE(resolved.emitted("tech").empty());
+  EXPECT_FALSE(resolved.outrun(0));
+}
+
+TEST(Branch, AnEmissionBeforeTheCandidatesMarksTheLosersToBe) {
+  BranchState b(7, xxh3_128("decide"), true);
+  EXPECT_TRUE(b.emitted("tech").empty());
+  b.propose({"billing", "tech"}, milliseconds(1));
+  EXPECT_TRUE(b.outrun(0));
+  EXPECT_FALSE(b.outrun(1));
+}
+
 TEST(Branch, ExclusiveSelectionCancelsOnlyLosersStillRunning) {
   BranchState b = three_fills(true);
   b.finished(10, FillStatus::done, milliseconds(5));  // a loser that already completed
