@@ -411,6 +411,7 @@ CellResult run_cell(const CellContext& cx) {
   cfg.fanout = cx.fanout >= 0 ? cx.fanout : arm.fanout;
   cfg.fill_depth = arm.fill_depth;
   cfg.private_fills = arm.private_fills;
+  cfg.emission = o.emission;
   cfg.admission.policy = arm.policy;
   cfg.admission.fixed_threshold = arm.fixed_threshold;
   cfg.admission.seed = o.seed;
@@ -589,6 +590,7 @@ CellResult run_cell(const CellContext& cx) {
   res.waits = static_cast<double>(st.waits) * per;
   res.wait_timeouts = static_cast<double>(st.wait_timeouts) * per;
   res.hedge_fills = static_cast<double>(st.hedge_fills) * per;
+  res.fills_outrun = static_cast<double>(st.fills_outrun) * per;
   const auto& gate = st.admission;
   if (const auto decided = gate.branches_opened + gate.branches_closed; decided > 0) {
     res.gate_open_share = static_cast<double>(gate.branches_opened) / static_cast<double>(decided);
@@ -634,8 +636,9 @@ std::vector<std::string> arms_with_floor(const std::vector<std::string>& asked) 
 }
 
 Workload bench_workload(const dsl::TemplateGraph& graph, std::uint64_t seed, std::size_t runs,
-                        double predictability, double repeat_rate) {
+                        double predictability, double repeat_rate, bool selection_first) {
   WorkloadOptions wo;
+  wo.selection_first = selection_first;
   wo.seed = seed;
   wo.runs = runs;
   wo.predictability = predictability;

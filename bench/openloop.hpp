@@ -59,6 +59,7 @@ struct BenchOptions {
   std::string templates = "templates";
   std::string profile = "default";   // the simulated engine's (engines/sim/profiles.hpp)
   double interference_scale = 1.0;   // its true interference over the price curves' fit
+  bool emission = true;              // resolve on emission (RuntimeConfig::emission)
   std::string out_dir;               // empty: write nothing
   std::ostream* progress = nullptr;  // progress goes here when set
   // A bar redrawn in place suits a terminal; a log or a pipe would get the whole bar anew on
@@ -89,6 +90,7 @@ struct CellResult {
   double waits = 0;                 // demands that waited for their in-flight fill, per request
   double wait_timeouts = 0;         // ... and ran on the engine after the template's wait_ms
   double hedge_fills = 0;           // ... and were answered by their fill all the same
+  double fills_outrun = 0;          // fills stopped when their decider emitted another selection
   // The share of decisions at which the generation gate (Action 0) opened, and of those the
   // share an audit opened; -1 when the arm made no decision (no fills).
   double gate_open_share = -1;

@@ -71,7 +71,8 @@ Saturation burst(const SweepOptions& o, const BenchOptions& bo, const dsl::Templ
                  std::size_t runs) {
   Saturation s;
   s.workload = g.workflow;
-  Workload w = bench_workload(g, o.first_seed, runs, o.predictability, o.repeat_rate);
+  Workload w =
+      bench_workload(g, o.first_seed, runs, o.predictability, o.repeat_rate, o.selection_first);
   // A user's think time holds no engine resource: in the burst the engine would idle while
   // every user thinks at once, and the rate would measure the users, not the engine.
   for (auto& r : w.runs)
@@ -120,6 +121,7 @@ BenchOptions cell_options(const SweepOptions& o) {
   BenchOptions bo;
   bo.profile = o.profile;
   bo.interference_scale = o.interference_scale;
+  bo.emission = o.emission;
   bo.templates = o.templates;
   return bo;
 }
@@ -215,6 +217,8 @@ json report_json(const SweepOptions& o, const std::map<std::string, Saturation>&
   json j;
   j["profile"] = o.profile;
   j["interference_scale"] = o.interference_scale;
+  j["selection_first"] = o.selection_first;
+  j["emission"] = o.emission;
   j["requests"] = o.requests;
   j["seeds"] = o.seeds;
   j["first_seed"] = o.first_seed;
@@ -257,6 +261,7 @@ json SweepRecord::to_json() const {
             {"waits", cell.waits},
             {"wait_timeouts", cell.wait_timeouts},
             {"hedge_fills", cell.hedge_fills},
+            {"fills_outrun", cell.fills_outrun},
             {"gate_open_share", cell.gate_open_share},
             {"gate_audit_share", cell.gate_audit_share},
             {"requests", cell.requests},
@@ -368,7 +373,8 @@ SweepResult run_sweep(const SweepOptions& o) {
         const std::uint64_t seed = o.first_seed + k;
         bo.seed = seed;
         const Trim tr = trim(o.requests, rate);
-        const Workload w = bench_workload(g, seed, tr.runs, o.predictability, o.repeat_rate);
+        const Workload w =
+            bench_workload(g, seed, tr.runs, o.predictability, o.repeat_rate, o.selection_first);
         Trace t{&g, &w, arrivals(seed, rate, w.runs.size()), rate};
         std::ostringstream line;
         line << name << " load " << load << " seed " << seed << ":";
@@ -532,7 +538,8 @@ constexpr std::size_t kWarmupPhase = static_cast<std::size_t>(-1);
 Workload bursty_workload(const dsl::TemplateGraph& g, const SweepOptions& o, std::uint64_t seed,
                          double saturation, std::size_t warm, std::vector<double>& arrival_s,
                          std::vector<std::size_t>& phase_of) {
-  Workload w = bench_workload(g, seed, o.requests + warm, o.predictability, o.repeat_rate);
+  Workload w = bench_workload(g, seed, o.requests + warm, o.predictability, o.repeat_rate,
+                              o.selection_first);
   const auto& phases = bursty_phases();
   const std::size_t n = w.runs.size();
   const std::size_t per = std::max<std::size_t>(1, o.requests / phases.size());

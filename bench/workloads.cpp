@@ -112,7 +112,9 @@ Workload routing(const dsl::TemplateGraph& g, const WorkloadOptions& o) {
           *g.stage("router"), {{"query", routing_query(r, static_cast<std::size_t>(turn))}});
       if (body)
         w.script.add_exact(body->body,
-                           reasoning(gen, kRouterReasoningWords) + "\nHANDLER: " + pick);
+                           o.selection_first
+                               ? "HANDLER: " + pick + "\n" + reasoning(gen, kRouterReasoningWords)
+                               : reasoning(gen, kRouterReasoningWords) + "\nHANDLER: " + pick);
     }
     return r;
   });
@@ -167,8 +169,11 @@ Workload react(const WorkloadOptions& o) {
       }
       visited.push_back(current);
       r.picks.push_back(entity_name(current));
-      w.script.add_exact(react_think_request(r, h), reasoning(gen, kReactThinkReasoningWords) +
-                                                        "\nSearch[" + entity_name(current) + "]");
+      const std::string action = "Search[" + entity_name(current) + "]";
+      w.script.add_exact(react_think_request(r, h),
+                         o.selection_first
+                             ? action + "\n" + reasoning(gen, kReactThinkReasoningWords)
+                             : reasoning(gen, kReactThinkReasoningWords) + "\n" + action);
     }
     return r;
   });
@@ -206,9 +211,12 @@ Workload subagent(const dsl::TemplateGraph& g, const WorkloadOptions& o) {
     r.input = "Research [[" + r.entity + "]] for me [q " + marker + "]";
     const std::string pick = skewed(gen, agents, 0.4 + 0.5 * o.predictability);
     r.picks.push_back(pick);
-    w.script.add_exact(
-        subagent_plan_request(r),
-        json{{"reasoning", reasoning(gen, kPlannerReasoningWords)}, {"subagent", pick}}.dump());
+    // nlohmann::json orders keys by name ("reasoning" first); ordered_json keeps them as given.
+    const std::string why = reasoning(gen, kPlannerReasoningWords);
+    w.script.add_exact(subagent_plan_request(r),
+                       o.selection_first
+                           ? nlohmann::ordered_json{{"subagent", pick}, {"reasoning", why}}.dump()
+                           : json{{"reasoning", why}, {"subagent", pick}}.dump());
     return r;
   });
   return w;

@@ -56,6 +56,10 @@ struct WorkloadOptions {
   // sizes it so that about 26% of fresh runs' sub-tasks recur across runs (paper section 2.2).
   std::size_t subagent_entities = 0;
   double think_median_s = 2.7;  // HCI: median of the lognormal think time (paper Figure 4)
+  // The deciders write their selection first and their reasoning after it (as a tool call's
+  // name comes before its arguments), instead of reasoning first: the trace on which resolving
+  // on emission can stop the losers' fills early. HCI's decision is the user's either way.
+  bool selection_first = false;
 };
 
 // For the template `graph` of "routing", "react", "subagent" or "hci" (the deciders' scripted

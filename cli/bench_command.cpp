@@ -328,6 +328,12 @@ void add_sweep(CLI::App& bench, const std::string& kind, std::function<int()>& r
   }
   cmd->add_flag("--unpredictable", cli->unpredictable,
                 "The no-harm trace: selections ignore every predictor, no exact repeats");
+  cmd->add_flag("--selection-first", cli->options.selection_first,
+                "The deciders write their selection before their reasoning (as a tool call's "
+                "name comes before its arguments), so it is emitted early in their decode");
+  cmd->add_flag("!--no-emission", cli->options.emission,
+                "Resolve branches only at the end of the decider's decode, not as soon as its "
+                "selection is emitted (to measure what resolving on emission saves)");
   cmd->add_option("--templates", cli->options.templates, "Template folder")->capture_default_str();
   cmd->add_option("--out", cli->out_dir, "Output folder")->capture_default_str();
   cmd->add_flag("--no-plots", cli->no_plots, "Do not draw the PNG plots");

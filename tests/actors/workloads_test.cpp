@@ -105,5 +105,32 @@ TEST(Workloads, SubagentPlannerReasonsThenNamesTheSubAgentAsJson) {
   }
 }
 
+// The trace on which resolving on emission pays: each decider writes its selection first.
+TEST(Workloads, SelectionFirstPutsEachDecidersPickBeforeItsReasoning) {
+  bench::WorkloadOptions o{1, 4, 1.0};
+  o.selection_first = true;
+  const auto routing = bench::make_workload(graph("routing"), o);
+  for (const auto& r : routing.runs) {
+    const auto body = dsl::render_stage(*graph("routing").stage("router"),
+                                        {{"query", bench::routing_query(r, 0)}});
+    const std::string* answer = routing.script.find(body->body);
+    ASSERT_NE(answer, nullptr);
+    EXPECT_EQ(answer->rfind("HANDLER: " + r.picks.at(0) + "\n", 0), 0u) << *answer;
+  }
+  const auto subagent = bench::make_workload(graph("subagent"), o);
+  for (const auto& r : subagent.runs) {
+    const std::string* answer = subagent.script.find(bench::subagent_plan_request(r));
+    ASSERT_NE(answer, nullptr);
+    EXPECT_EQ(answer->rfind("{\"subagent\":\"" + r.picks.at(0) + "\",", 0), 0u) << *answer;
+    EXPECT_EQ(nlohmann::json::parse(*answer)["subagent"], r.picks.at(0));
+  }
+  const auto react = bench::make_workload(graph("react"), o);
+  for (const auto& r : react.runs) {
+    const std::string* answer = react.script.find(bench::react_think_request(r, 0));
+    ASSERT_NE(answer, nullptr);
+    EXPECT_EQ(answer->rfind("Search[" + r.picks.at(0) + "]\n", 0), 0u) << *answer;
+  }
+}
+
 }  // namespace
 }  // namespace dynrt::testing

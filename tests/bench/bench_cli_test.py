@@ -96,6 +96,25 @@ with tempfile.TemporaryDirectory() as tmp:
           "each rate is its load times the saturation rate")
     check(doc["profile"] == "h200x4-32b" and len(doc["points"]) == 2 * 3,
           "the sweep runs the paper's testbed by default and reports a point per load and arm")
+    # Resolve on emission, on the trace whose deciders name their pick first: the losers' fills
+    # stop early, and only when it is on.
+    emitted = {}
+    for flag in ["", "--no-emission"]:
+        out = os.path.join(tmp, "emission" + flag)
+        r = bench("sweep", "routing", "--seeds", "1", "--loads", "0.3", "--requests", "40",
+                  "--arms", "full", "--selection-first", "--saturation", "50", "--quiet",
+                  "--no-plots", "--out", out, *([flag] if flag else []))
+        check(r.returncode == 0, "bench sweep --selection-first %s exits 0 (stderr: %s)" %
+              (flag, r.stderr[-400:]))
+        with open(os.path.join(out, "results.json")) as f:
+            doc = json.load(f)
+        check(doc["selection_first"] and doc["emission"] == (flag == ""),
+              "the report says which trace and rule it ran")
+        full = [rec for rec in doc["records"] if rec["arm"] == "full"][0]
+        check(full["accuracy"] == 1.0, "full answers like the floor %s" % flag)
+        emitted[flag] = full["fills_outrun"]
+    check(emitted[""] > 0 and emitted["--no-emission"] == 0,
+          "fills are stopped on emission only when it is on (%s)" % emitted)
     bursty_out = os.path.join(tmp, "bursty")
     # Given a saturation rate, the bursty trace and the ablation skip measuring it.
     r = bench("bursty", "hci", "--seeds", "1", "--requests", "40", "--arms", "full",
