@@ -4,7 +4,8 @@ with the Python standard library, for the Routing and HCI workflows.
 
 Checks: responses byte-identical to the floor (a second `dynrt serve` with --no-reuse
 --no-fills in front of the same engine), fills served (X-DynRT-Served: fill), streaming (SSE
-chunks, [DONE], the served header, the same text), a write invalidates (the next demand runs
+chunks, [DONE], the served header, the same text), a streamed router's pick read as it is
+decoded (resolve on emission), a write invalidates (the next demand runs
 on the engine), a client disconnect cancels the engine request, and the error statuses.
 
 usage: serve_e2e.py DYNRT DYNRT_SIM_ENGINE   (run from the repository root)
@@ -130,6 +131,9 @@ def main():
         for h in ("weather", "calendar", "email"):
             f.write(json.dumps({"contains": "[route %s]" % h,
                                 "response": reasoning + "\nHANDLER: " + h}) + "\n")
+        # A router that names its pick first, then reasons: its stream shows the pick early.
+        f.write(json.dumps({"contains": "[pick first]",
+                            "response": "HANDLER: calendar\n" + reasoning}) + "\n")
         f.write(json.dumps({"contains": "[offer]", "response": json.dumps(
             {"actions": ["book a flight", "find a hotel", "rent a car"]})}) + "\n")
     with open(os.path.join(tmp, "corpus.json"), "w") as f:
@@ -198,6 +202,32 @@ def main():
         check(b[1][2].get("X-DynRT-Served") == "fill",
               "the streamed handler is served from a fill (got %s)" % b[1][2].get("X-DynRT-Served"))
         check(a[2][3] == b[2][3], "the executor after a streamed handler matches the floor")
+        # -- resolve on emission: a streamed router's pick, read as it is decoded ---------------
+        check(metric(full_port, "dynrt_selections_emitted_total") == 0,
+              "no pick was emitted before the end of a decode so far (every router named it last)")
+        query = "Book it [pick first]"
+        streamed = {"stream": True}
+        s1, _, b1 = request(floor_port, "POST", "/v1/chat/completions",
+                            chat(ROUTER_SYSTEM, query, 512, **streamed), tags("routing", "e1", "router"))
+        s2, h2, b2 = request(full_port, "POST", "/v1/chat/completions",
+                             chat(ROUTER_SYSTEM, query, 512, **streamed), tags("routing", "e1", "router"))
+        check(s1 == 200 and s2 == 200 and h2.get("Content-Type") == "text/event-stream",
+              "the router streams (%d, %d)" % (s1, s2))
+        text = lambda sse: "".join(
+            json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+            for line in sse.splitlines()
+            if line.startswith("data: {") and json.loads(line[6:])["choices"])
+        check(text(b1) == text(b2) and text(b2).startswith("HANDLER: calendar\n"),
+              "the streamed router's text is the floor's")
+        check(metric(full_port, "dynrt_selections_emitted_total") == 1,
+              "the streamed router's pick was read before its decode ended")
+        s1, _, b1 = request(floor_port, "POST", "/v1/chat/completions",
+                            chat(handler_system("calendar"), query, 256), tags("routing", "e1", "handle"))
+        s2, h2, b2 = request(full_port, "POST", "/v1/chat/completions",
+                             chat(handler_system("calendar"), query, 256), tags("routing", "e1", "handle"))
+        check(s2 == 200 and b1 == b2 and h2.get("X-DynRT-Served") == "fill",
+              "after the emission the winner's fill serves the handler, byte-identical (got %s)" %
+              h2.get("X-DynRT-Served"))
         # -- a write invalidates ----------------------------------------------------------------
         again = routing_run(full_port, "r3", "Plan my day [route weather]")
         check(again[2][2].get("X-DynRT-Served") in ("cache", "fill"),
