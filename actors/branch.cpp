@@ -33,6 +33,7 @@ struct BranchActorState {
   std::vector<std::string> votes;
   int samples_out = 0;
   bool proposed = false;
+  bool answered = false;  // Action 1's first answer came (its fills are known)
   static inline const char* name = "dynrt.branch";
 };
 
@@ -113,6 +114,46 @@ void spawn_fills(Self self, const AdmitReply& admitted) {
   }
 }
 
+// Action 1's question for this branch: every candidate, each with its chain.
+std::shared_ptr<AdmitRequest> admit_request(Self self) {
+  auto& st = self->state;
+  const auto& svc = *st.init->services;
+  auto req = std::make_shared<AdmitRequest>();
+  req->branch = st.branch->id();
+  req->tenant = st.init->caller.tenant;
+  req->fill_share = st.init->caller.fill_share;
+  Hashes chain;
+  for (const auto s : st.chain)
+    chain.push_back(st.init->graph->stages[s].fingerprint);
+  req->chains.assign(st.branch->candidates().size(), chain);
+  req->max_fills = decision_of(st).limits.max_fills;
+  if (svc.policy.fanout >= 0) req->max_fills = std::min(req->max_fills, svc.policy.fanout);
+  return req;
+}
+
+// Asks Action 1 and starts the fills it admits (or returns them, if the branch moved on).
+void admit(Self self, std::shared_ptr<AdmitRequest> req) {
+  const auto& svc = *self->state.init->services;
+  const bool emitted = req->emitted.has_value();
+  self->request(svc.pricing, infinite, admit_atom::value, AdmitRequestPtr(std::move(req)))
+      .then(
+          [=](AdmitReply& reply) {
+            if (!emitted) self->state.answered = true;
+            if (self->state.branch->phase() == branch::Phase::filling) {
+              if (emitted) svc.counters->fills_emitted += reply.admitted.size();
+              spawn_fills(self, reply);
+            } else {
+              for (const auto& [rank, res] : reply.admitted)
+                self->send(svc.pricing, release_atom::value, res);
+            }
+            maybe_settle(self);
+          },
+          [=](error&) {
+            if (!emitted) self->state.answered = true;
+            maybe_settle(self);
+          });
+}
+
 // The ranking is in: Action 0, then Action 1.
 void proposed(Self self, std::vector<std::string> candidates) {
   auto& st0 = self->state;
@@ -138,29 +179,7 @@ void proposed(Self self, std::vector<std::string> candidates) {
             self->send(svc.pricing, setup_atom::value, st.branch->id(),
                        static_cast<std::int64_t>(setup.count()));
             if (st.branch->phase() != branch::Phase::filling) return maybe_settle(self);
-            auto req = std::make_shared<AdmitRequest>();
-            req->branch = st.branch->id();
-            req->tenant = st.init->caller.tenant;
-            req->fill_share = st.init->caller.fill_share;
-            Hashes chain;
-            for (const auto s : st.chain)
-              chain.push_back(st.init->graph->stages[s].fingerprint);
-            req->chains.assign(st.branch->candidates().size(), chain);
-            req->max_fills = decision_of(st).limits.max_fills;
-            if (svc.policy.fanout >= 0)
-              req->max_fills = std::min(req->max_fills, svc.policy.fanout);
-            self->request(svc.pricing, infinite, admit_atom::value, AdmitRequestPtr(req))
-                .then(
-                    [=](AdmitReply& reply) {
-                      if (self->state.branch->phase() == branch::Phase::filling) {
-                        spawn_fills(self, reply);
-                      } else {
-                        for (const auto& [rank, res] : reply.admitted)
-                          self->send(svc.pricing, release_atom::value, res);
-                      }
-                      maybe_settle(self);
-                    },
-                    [=](error&) { maybe_settle(self); });
+            admit(self, admit_request(self));
           },
           [=](error&) { maybe_settle(self); });
 }
@@ -321,11 +340,21 @@ behavior branch_actor(Self self, BranchInitPtr init) {
       // Resolve on emission: the decider's selection showed before its output ended.
       [=](emitted_atom, const std::string& selection) {
         auto& st = self->state;
+        const auto& svc = *st.init->services;
         for (const auto id : st.branch->emitted(selection))
           if (auto it = st.fills.find(id); it != st.fills.end()) {
-            ++st.init->services->counters->fills_outrun;
+            ++svc.counters->fills_outrun;
             self->send(it->second, fcancel_atom::value);
           }
+        // The winner has no fill (Action 1 did not admit it): start one now, at p = 1, for the
+        // call the caller is about to make. Only in a branch Action 0 opened, and not while
+        // Action 1's first answer is still out (its fills are not known yet).
+        if (!st.gated_open || !st.answered || st.branch->phase() != branch::Phase::filling) return;
+        const auto rank = st.branch->uncovered(selection);
+        if (!rank) return;
+        auto req = admit_request(self);
+        req->emitted = *rank;
+        admit(self, std::move(req));
       },
       [=](demanded_atom, bool consumed, double saved_ms, double wait_ms, bool judged) {
         auto& st = self->state;

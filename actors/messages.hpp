@@ -104,7 +104,8 @@ struct Counters {
       branches_gated{0}, branches_settled{0}, fills_issued{0}, fills_suppressed{0},
       fills_completed{0}, fills_failed{0}, fills_cancelled{0}, fills_consumed{0}, shadows_stored{0},
       shadows_discarded{0}, writes{0}, workflows_live{0}, coalesced{0}, runs_evicted{0},
-      runs_expired{0}, fills_running{0}, runs_refused{0}, emissions{0}, fills_outrun{0};
+      runs_expired{0}, fills_running{0}, runs_refused{0}, emissions{0}, fills_outrun{0},
+      fills_emitted{0};
   std::atomic<std::uint64_t> next_id{1};  // branch and fill ids, unique in the process
   std::atomic<std::int64_t> saved_us{0}, wasted_us{0};
 };
@@ -209,6 +210,9 @@ struct AdmitRequest {
   double fill_share = 1.0;     // ... and how large it is
   std::vector<Hashes> chains;  // per candidate, by rank: its chain's stage fingerprints
   int max_fills = 0;
+  // Resolve on emission: the decider emitted candidates()[*emitted], which has no fill; admit
+  // only it, at p = 1 (Controller::admit_emitted).
+  std::optional<std::size_t> emitted;
 };
 using AdmitRequestPtr = std::shared_ptr<const AdmitRequest>;
 

@@ -117,8 +117,9 @@ struct RuntimeStats {
   std::uint64_t fills_failed = 0;
   std::uint64_t fills_cancelled = 0;
   std::uint64_t fills_consumed = 0;
-  std::uint64_t emissions = 0;     // selections read from a decode before it ended
-  std::uint64_t fills_outrun = 0;  // ... and the other candidates' fills they stopped then
+  std::uint64_t emissions = 0;      // selections read from a decode before it ended
+  std::uint64_t fills_outrun = 0;   // ... and the other candidates' fills they stopped then
+  std::uint64_t fills_emitted = 0;  // ... and the winners' fills they started then
   std::uint64_t shadows_stored = 0;
   std::uint64_t shadows_discarded = 0;
   double engine_ms_saved = 0;   // engine time of results served without execution

@@ -416,6 +416,20 @@ behavior pricing_actor(stateful_actor<PricingState>* self, PricingConfig config)
       [=](admit_atom, const AdmitRequestPtr& req) -> AdmitReply {
         auto& s = self->state;
         s.observe();
+        if (req->emitted) {  // resolve on emission: just the emitted winner, at p = 1
+          AdmitReply out;
+          const std::size_t rank = *req->emitted;
+          if (rank >= req->chains.size()) return out;
+          admission::Candidate c;
+          c.rank = rank;
+          c.gain_ms = s.costs.gain_ms(req->chains[rank]);
+          c.footprint = s.costs.footprint(req->chains[rank]);
+          if (const auto f = s.controller->admit_emitted(
+                  req->branch, c, admission::TenantShare{req->tenant, req->fill_share}))
+            out.admitted.emplace_back(rank, f->reservation);
+          s.publish();
+          return out;
+        }
         std::vector<admission::Candidate> cands;
         for (std::size_t rank = 0; rank < req->chains.size(); ++rank) {
           admission::Candidate c;

@@ -34,6 +34,7 @@ constexpr std::array kCounters = {
     CounterSpec{&Counters::fills_cancelled, &RuntimeStats::fills_cancelled, "dynrt_fills_cancelled_total", "Fills aborted (losers, unusable selections)."},
     CounterSpec{&Counters::emissions, &RuntimeStats::emissions, "dynrt_selections_emitted_total", "Selections read from a deciding stage's decode before it ended (resolve on emission)."},
     CounterSpec{&Counters::fills_outrun, &RuntimeStats::fills_outrun, "dynrt_fills_cancelled_on_emission_total", "Fills of other candidates stopped when the decider emitted its selection (also counted as cancelled)."},
+    CounterSpec{&Counters::fills_emitted, &RuntimeStats::fills_emitted, "dynrt_fills_started_on_emission_total", "Fills of an emitted selection that Action 1 had not admitted, started when the decider emitted it (also counted as issued)."},
     CounterSpec{&Counters::fills_failed, &RuntimeStats::fills_failed, "dynrt_fills_failed_total", "Fills that failed (a miss, never an answer)."},
     CounterSpec{&Counters::fills_completed, &RuntimeStats::fills_completed, "dynrt_fills_completed_total", "Fills that ran their whole chain."},
     CounterSpec{&Counters::fills_suppressed, &RuntimeStats::fills_suppressed, "dynrt_fills_suppressed_total", "Fills whose first stage was already in the library (no engine work)."},

@@ -196,28 +196,8 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
       below_reserve[i] = true;
       return false;
     }
-    // Atomic: both the fill count and the KV share, against every branch's reservations.
-    const double kv = candidates[i].footprint.kv_share;
-    if (fills_in_flight_ + 1 > static_cast<int>(curves_.fill_slots()) ||
-        kv_reserved_ + kv > config_.prices.kv_budget) {
-      ++stats_.reservations_refused;
-      return false;
-    }
-    auto& acc = accounts_[std::string(tenant.tenant)];
-    if (acc.fills + 1 > slot_cap || acc.kv_share + kv > kv_cap + 1e-12) {
-      if (acc.fills == 0) accounts_.erase(std::string(tenant.tenant));
-      ++stats_.reservations_refused;
-      ++stats_.share_refused;
-      return false;
-    }
-    ++acc.fills;
-    acc.kv_share += kv;
-    const ReservationId id = next_reservation_++;
-    reservations_.emplace(id, Reservation{branch, kv, std::string(tenant.tenant)});
-    ++fills_in_flight_;
-    kv_reserved_ += kv;
-    made[i] = id;
-    return true;
+    made[i] = reserve(branch, candidates[i].footprint.kv_share, tenant);
+    return made[i] != 0;
   };
   // An audited branch probes: its best feasible candidate is admitted even at non-positive
   // utility (Algorithm 1, line 12), or the audit would learn the setup cost and nothing of
@@ -278,6 +258,52 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
   stats_.fills_refused += candidates.size() - steps.size();
   if (!steps.empty()) record_load();
   return out;
+}
+
+ReservationId Controller::reserve(BranchId branch, double kv, TenantShare tenant) {
+  // Atomic: both the fill count and the KV share, against every branch's reservations.
+  const double share = std::clamp(tenant.share, 0.0, 1.0);
+  const int slot_cap = static_cast<int>(std::floor(share * curves_.fill_slots() + 1e-9));
+  const double kv_cap = share * config_.prices.kv_budget;
+  if (fills_in_flight_ + 1 > static_cast<int>(curves_.fill_slots()) ||
+      kv_reserved_ + kv > config_.prices.kv_budget) {
+    ++stats_.reservations_refused;
+    return 0;
+  }
+  auto& acc = accounts_[std::string(tenant.tenant)];
+  if (acc.fills + 1 > slot_cap || acc.kv_share + kv > kv_cap + 1e-12) {
+    if (acc.fills == 0) accounts_.erase(std::string(tenant.tenant));
+    ++stats_.reservations_refused;
+    ++stats_.share_refused;
+    return 0;
+  }
+  ++acc.fills;
+  acc.kv_share += kv;
+  const ReservationId id = next_reservation_++;
+  reservations_.emplace(id, Reservation{branch, kv, std::string(tenant.tenant)});
+  ++fills_in_flight_;
+  kv_reserved_ += kv;
+  return id;
+}
+
+std::optional<FillChoice> Controller::admit_emitted(BranchId branch, const Candidate& candidate,
+                                                    TenantShare tenant) {
+  Branch* b = find(branch);
+  if (!b || b->settled) return std::nullopt;
+  const LoadView v = view();
+  const ReservationId id = reserve(branch, candidate.footprint.kv_share, tenant);
+  if (id == 0) return std::nullopt;
+  reservations_.at(id).rank = candidate.rank;
+  // p = 1: charged its price as any fill (Eq. 4), given back when it is consumed.
+  const double cost = curves_.cost(v, candidate.footprint);
+  b->reservations.push_back(id);
+  b->charged.emplace_back(candidate.rank, cost);
+  b->y -= cost;
+  ++b->admitted;
+  ++stats_.fills_admitted;
+  ++stats_.emitted_admitted;
+  record_load();
+  return FillChoice{0, id, 1.0, candidate.gain_ms, cost, false};
 }
 
 double Controller::budget_reserve() const {

@@ -142,8 +142,9 @@ struct AdmissionStats {
   std::uint64_t fills_refused = 0;
   std::uint64_t fill_audits = 0;
   std::uint64_t reservations_refused = 0;
-  std::uint64_t share_refused = 0;    // ... of which: the tenant held its share of the budget
-  std::uint64_t reserve_refused = 0;  // candidates worth less than the budget's reserve price
+  std::uint64_t share_refused = 0;     // ... of which: the tenant held its share of the budget
+  std::uint64_t emitted_admitted = 0;  // winners admitted when their decider emitted them
+  std::uint64_t reserve_refused = 0;   // candidates worth less than the budget's reserve price
 };
 
 // Whose budget a branch's fills are charged to: a tenant may hold at most `share` of the fill
@@ -175,6 +176,12 @@ class Controller {
   // Action 1 for a branch open_branch() opened; max_fills is the template's per-branch limit.
   FillDecision admit(BranchId branch, std::span<const Candidate> candidates, int max_fills,
                      TenantShare tenant = {});
+  // Resolve on emission: the decider of a branch open_branch() opened has emitted `candidate`,
+  // which Action 1 did not admit. It is admitted at p = 1 (U = Ĝ > 0) if the fill budget and
+  // the tenant's share have room, past the template's max_fills and the reserve price: the
+  // caller's next call is about to demand it. nullopt when it does not fit.
+  std::optional<FillChoice> admit_emitted(BranchId branch, const Candidate& candidate,
+                                          TenantShare tenant = {});
   void charge_setup(BranchId branch, Duration setup);
   // The branch resolved; selected_rank is the rank of the selected candidate among those
   // predicted, or nullopt if the selection was none of them. (An ambiguous selection should
@@ -261,6 +268,8 @@ class Controller {
   // The price still charged for the branch's fill of candidate `rank`, now given back (0 when
   // it already was).
   double give_back(Branch& b, std::size_t rank);
+  // Reserves one fill's slot and KV share for `tenant` (0 when the budget or its share is full).
+  ReservationId reserve(BranchId branch, double kv, TenantShare tenant);
   double uniform();
   ClassState& state(const Hash128& coordinate);
   static void learn_usability(ClassState& c, bool usable);

@@ -125,6 +125,16 @@ bool BranchState::outrun(std::size_t rank) const {
          candidates_[rank] != *emitted_;
 }
 
+std::optional<std::size_t> BranchState::uncovered(const std::string& selection) const {
+  const auto it = std::find(candidates_.begin(), candidates_.end(), selection);
+  if (it == candidates_.end()) return std::nullopt;
+  const auto rank = static_cast<std::size_t>(it - candidates_.begin());
+  for (const auto& f : fills_)
+    if (f.rank == rank && (f.status == FillStatus::running || f.status == FillStatus::done))
+      return std::nullopt;
+  return rank;
+}
+
 Resolution BranchState::resolve(Outcome outcome, std::string selection) {
   Resolution r;
   if (phase_ == Phase::resolved || phase_ == Phase::settled || outcome == Outcome::pending ||

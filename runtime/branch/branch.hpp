@@ -122,6 +122,9 @@ class BranchState {
   // outrun() tells the caller not to start theirs. resolve() still decides what is promoted.
   std::vector<FillId> emitted(const std::string& selection);
   bool outrun(std::size_t rank) const;
+  // The rank of the candidate named `selection` when no fill of it is running or done: an
+  // emitted winner that may still be filled. nullopt otherwise, or when no candidate names it.
+  std::optional<std::size_t> uncovered(const std::string& selection) const;
 
   Resolution resolve(Outcome outcome, std::string selection);
   // The selected downstream stage was demanded: served from this branch's fill or not.

@@ -395,6 +395,40 @@ TEST(Emission, LosersStopWhenTheDeciderEmitsItsSelection) {
   }
 }
 
+// The emitted winner had no fill (one fill per branch, and Action 1 chose weather's): its fill
+// starts when the router emits its pick, and serves the handler demand. (In the second turn
+// the frequency predictor ranks calendar first, but Action 1 learned from the first that the
+// second-ranked candidate was selected, and fills weather again.)
+TEST(Emission, AWinnerWithoutAFillStartsWhenItIsEmitted) {
+  std::string reasoning;
+  for (int i = 0; i < 300; ++i)
+    reasoning += " because";
+  auto w = with_router_answers(bench::make_workload(graph("routing"), {5, 1, 1.0}),
+                               {"HANDLER: calendar\n" + reasoning});
+  w.runs[0].picks = {"calendar", "calendar"};
+  script_long_losers(w);
+  RigOptions o{true, true, 50};
+  o.fanout = 1;
+  o.wrap_engine = [](std::shared_ptr<engines::Engine> sim) {
+    return std::make_shared<FillsFirstEngine>(std::move(sim), 1, 2);
+  };
+  Rig rig(w, o);
+  const auto r = rig.drive(w.runs[0]);
+  ASSERT_TRUE(r.ok()) << r.error;
+  for (const auto& s : r.steps)
+    if (s.stage == "handle") {
+      EXPECT_EQ(s.reply.served, Served::fill);
+    }
+  rig.engine->drain();
+  const auto st =
+      await_stats(*rig.runtime, [](const RuntimeStats& x) { return x.branches_settled >= 2; });
+  EXPECT_EQ(st.emissions, 2u);
+  EXPECT_EQ(st.fills_outrun, 2u) << "each turn's weather fill";
+  EXPECT_EQ(st.fills_emitted, 2u) << "each turn's calendar fill";
+  EXPECT_EQ(st.fills_issued, 4u);
+  EXPECT_EQ(st.served_fill, 4u) << "both turns' handler and executor";
+}
+
 // An emission that the rest of the output contradicts promotes nothing: the losers were
 // stopped early, and the whole output, ambiguous, discards the winner's fill too.
 TEST(Emission, AnEmissionTheWholeOutputContradictsPromotesNothing) {

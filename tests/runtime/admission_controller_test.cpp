@@ -284,6 +284,41 @@ TEST_F(ControllerTest, AConsumedFillsPriceIsGivenBackTheOthersStayCharged) {
   EXPECT_NEAR(*ctl.branch_return(1), 2000 - kept, 1e-9);
 }
 
+// Resolve on emission: the emitted winner Action 1 left out is admitted at p = 1, past the
+// template's max_fills, charged its price like any fill; only the fill budget stops it.
+TEST_F(ControllerTest, AnEmittedWinnerIsAdmittedAtCertaintyWhileTheBudgetHasRoom) {
+  Controller ctl(clock_, config());
+  ctl.observe_load(0.2, 0);
+  ASSERT_TRUE(ctl.open_branch(1, kClass).open);
+  const std::vector<Candidate> cands = {{0, 3000, Footprint{1500, 0.004}},
+                                        {1, 3000, Footprint{1500, 0.004}}};
+  const FillDecision d = ctl.admit(1, cands, /*max_fills=*/1);
+  ASSERT_EQ(d.admitted.size(), 1u);
+  const auto before = *ctl.branch_return(1);
+  const auto f = ctl.admit_emitted(1, cands[1]);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->p, 1.0);
+  EXPECT_GT(f->cost_ms, 0);
+  EXPECT_NEAR(*ctl.branch_return(1), before - f->cost_ms, 1e-9) << "Eq. 4 charges it";
+  EXPECT_EQ(ctl.fills_in_flight(), 2);
+  EXPECT_EQ(ctl.stats().emitted_admitted, 1u);
+  ctl.resolve(1, std::size_t{1});
+  ctl.consumed(1, 1, 2000);
+  EXPECT_NEAR(*ctl.branch_return(1), before + 2000, 1e-9) << "consumed: its price given back";
+  ctl.settle(1);
+  EXPECT_EQ(ctl.fills_in_flight(), 0) << "settling returns both reservations";
+  EXPECT_FALSE(ctl.admit_emitted(1, cands[1]).has_value()) << "a settled branch admits nothing";
+  // A full fill budget refuses it.
+  ASSERT_TRUE(ctl.open_branch(2, kClass).open);
+  std::vector<ReservationId> held;
+  for (int i = 0; i < 16; ++i)
+    if (const auto g = ctl.admit_emitted(2, cands[0])) held.push_back(g->reservation);
+  EXPECT_EQ(held.size(), 16u);
+  EXPECT_FALSE(ctl.admit_emitted(2, cands[0]).has_value());
+  for (const auto id : held)
+    ctl.release(id);
+}
+
 // A fill refunded because it ran nothing (its chain came from the library) and then consumed
 // gets its price back once.
 TEST_F(ControllerTest, ARefundedFillIsNotRefundedAgainWhenConsumed) {

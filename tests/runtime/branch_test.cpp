@@ -243,6 +243,21 @@ TEST(Branch, AnEmittedSelectionChangesNothingForIndependentOrResolvedBranches) {
   EXPECT_FALSE(resolved.outrun(0));
 }
 
+TEST(Branch, AnEmittedWinnerIsUncoveredUntilAFillOfItRunsOrEnded) {
+  BranchState b(7, xxh3_128("decide"), true);
+  b.propose({"billing", "tech", "sales"}, milliseconds(1));
+  b.admit(10, 0, 100);
+  EXPECT_EQ(b.uncovered("billing"), std::nullopt) << "running";
+  EXPECT_EQ(b.uncovered("tech"), 1u);
+  EXPECT_EQ(b.uncovered("refunds"), std::nullopt) << "no candidate names it";
+  b.admit(11, 1, 101);
+  b.finished(11, FillStatus::failed, milliseconds(0));
+  EXPECT_EQ(b.uncovered("tech"), 1u) << "its fill failed: it may be filled again";
+  b.admit(12, 1, 102);
+  b.finished(12, FillStatus::done, milliseconds(3));
+  EXPECT_EQ(b.uncovered("tech"), std::nullopt) << "done";
+}
+
 TEST(Branch, AnEmissionBeforeTheCandidatesMarksTheLosersToBe) {
   BranchState b(7, xxh3_128("decide"), true);
   EXPECT_TRUE(b.emitted("tech").empty());
