@@ -60,6 +60,7 @@ struct ServeOptions {
   std::string corpus;
   bool no_reuse = false;
   bool no_fills = false;
+  bool no_emission = false;
   std::size_t max_body_bytes = std::size_t{8} << 20;
   std::size_t max_header_bytes = std::size_t{16} << 10;
   int header_timeout_ms = 10'000;
@@ -144,6 +145,7 @@ bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) 
     if (const auto sw = root["switches"]) {
       if (sw["reuse"] && !given("--no-reuse")) o.no_reuse = !sw["reuse"].as<bool>();
       if (sw["fills"] && !given("--no-fills")) o.no_fills = !sw["fills"].as<bool>();
+      if (sw["emission"] && !given("--no-emission")) o.no_emission = !sw["emission"].as<bool>();
     }
     if (const auto l = root["limits"]) {
       if (l["max_body_bytes"] && !given("--max-body-bytes"))
@@ -302,6 +304,7 @@ int serve(ServeOptions o, const CLI::App& cmd) {
   config.template_paths = o.templates;
   config.reuse = !o.no_reuse;
   config.fills = !o.no_fills;
+  config.emission = !o.no_emission;
   config.threads = o.threads;
   config.workflow_idle = std::chrono::milliseconds(o.workflow_idle_ms);
   config.max_live_runs = o.max_live_runs;
@@ -488,6 +491,9 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
                   "[...], \"tools\": {\"name\": \"key template\"}}");
   cmd->add_flag("--no-reuse", o->no_reuse, "Turn exact reuse across requests (C1) off");
   cmd->add_flag("--no-fills", o->no_fills, "Turn speculative fills (C2) off");
+  cmd->add_flag("--no-emission", o->no_emission,
+                "Act on a decode-window decision only when its decider's output ends, not as "
+                "soon as its selection is emitted in a streamed call");
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (413 above)")
       ->capture_default_str();
   cmd->add_option("--max-header-bytes", o->max_header_bytes, "Largest request head (431 above)")

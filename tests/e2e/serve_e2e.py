@@ -221,6 +221,20 @@ def main():
               "the streamed router's text is the floor's")
         check(metric(full_port, "dynrt_selections_emitted_total") == 1,
               "the streamed router's pick was read before its decode ended")
+        # Switched off in the configuration file: the same streamed call, no emission.
+        with open(os.path.join(tmp, "late.yaml"), "w") as f:
+            f.write("switches: {emission: false}\nlisten: {port: 0}\n")
+        late, late_port = start([DYNRT, "serve", "templates", "--config",
+                                 os.path.join(tmp, "late.yaml"), "--engine", url], r":(\d+) ")
+        try:
+            s3, _, b3 = request(late_port, "POST", "/v1/chat/completions",
+                                chat(ROUTER_SYSTEM, query, 512, **streamed),
+                                tags("routing", "e1", "router"))
+            check(s3 == 200 and text(b3) == text(b1) and
+                  metric(late_port, "dynrt_selections_emitted_total") == 0,
+                  "switches.emission: false reads no pick before the end of the decode")
+        finally:
+            stop(late)
         s1, _, b1 = request(floor_port, "POST", "/v1/chat/completions",
                             chat(handler_system("calendar"), query, 256), tags("routing", "e1", "handle"))
         s2, h2, b2 = request(full_port, "POST", "/v1/chat/completions",
