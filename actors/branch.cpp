@@ -78,7 +78,7 @@ void arm(Self self, Duration delay, Atom atom) {
   st.deadlines->push_back(svc.post_at(svc.time->now() + delay, self, atom));
 }
 
-void spawn_fills(Self self, const AdmitReply& admitted) {
+void spawn_fills(Self self, const AdmitReply& admitted, bool emitted = false) {
   auto& st = self->state;
   const auto& svc = *st.init->services;
   for (const auto& [rank, reservation] : admitted.admitted) {
@@ -109,6 +109,7 @@ void spawn_fills(Self self, const AdmitReply& admitted) {
     init->workflow = st.init->workflow;
     init->branch_actor = self;
     init->services = st.init->services;
+    init->emitted = emitted;
     ++svc.counters->fills_issued;
     st.fills.emplace(id, spawn_fill_actor(self, std::move(init)));
   }
@@ -141,7 +142,7 @@ void admit(Self self, std::shared_ptr<AdmitRequest> req) {
             if (!emitted) self->state.answered = true;
             if (self->state.branch->phase() == branch::Phase::filling) {
               if (emitted) svc.counters->fills_emitted += reply.admitted.size();
-              spawn_fills(self, reply);
+              spawn_fills(self, reply, emitted);
             } else {
               for (const auto& [rank, res] : reply.admitted)
                 self->send(svc.pricing, release_atom::value, res);
@@ -338,17 +339,22 @@ behavior branch_actor(Self self, BranchInitPtr init) {
         maybe_settle(self);
       },
       // Resolve on emission: the decider's selection showed before its output ended.
-      [=](emitted_atom, const std::string& selection) {
+      // Resolve on emission: the decider's selection showed before its output ended
+      // (`decoding`: and its decode has gone on past it).
+      [=](emitted_atom, const std::string& selection, bool decoding) {
         auto& st = self->state;
         const auto& svc = *st.init->services;
-        for (const auto id : st.branch->emitted(selection))
-          if (auto it = st.fills.find(id); it != st.fills.end()) {
-            ++svc.counters->fills_outrun;
-            self->send(it->second, fcancel_atom::value);
-          }
-        // The winner has no fill (Action 1 did not admit it): start one now, at p = 1, for the
-        // call the caller is about to make. Only in a branch Action 0 opened, and not while
-        // Action 1's first answer is still out (its fills are not known yet).
+        if (!decoding) {
+          for (const auto id : st.branch->emitted(selection))
+            if (auto it = st.fills.find(id); it != st.fills.end()) {
+              ++svc.counters->fills_outrun;
+              self->send(it->second, fcancel_atom::value);
+            }
+          return;
+        }
+        // The winner has no fill (Action 1 did not admit it) and the decode goes on: start one
+        // now, at p = 1, for the call the caller is about to make. Only in a branch Action 0
+        // opened, and not while Action 1's first answer is still out (its fills are not known).
         if (!st.gated_open || !st.answered || st.branch->phase() != branch::Phase::filling) return;
         const auto rank = st.branch->uncovered(selection);
         if (!rank) return;

@@ -327,6 +327,9 @@ struct FillInit {
   caf::actor workflow;
   caf::actor branch_actor;
   ServicesPtr services;
+  // Started for a selection its decider already emitted: it runs at canonical priority, as the
+  // call it anticipates by a moment would, so that call's wait for it is never behind fills.
+  bool emitted = false;
 };
 using FillInitPtr = std::shared_ptr<const FillInit>;
 

@@ -269,12 +269,12 @@ behavior workflow_actor(Self self, WorkflowInit init) {
       [=](fend_atom, const Hash128& name, std::uint64_t fill, bool stored) {
         carry_out(self, self->state.flow->fill_ended(name, fill, stored));
       },
-      [=](emitted_atom, std::uint64_t decision, const std::string& selection) {
+      [=](emitted_atom, std::uint64_t decision, const std::string& selection, bool decoding) {
         auto& s = self->state;
-        ++svc_of(self).counters->emissions;
+        if (!decoding) ++svc_of(self).counters->emissions;
         if (const auto b = s.run->emission_target(static_cast<dsl::DecisionId>(decision)))
           if (const auto it = s.branches.find(*b); it != s.branches.end())
-            self->send(it->second, emitted_atom::value, selection);
+            self->send(it->second, emitted_atom::value, selection, decoding);
       },
       [=](waitend_atom, std::uint64_t id, std::uint64_t wait) {
         carry_out(self, self->state.flow->wait_over(id, wait));

@@ -206,6 +206,7 @@ class FillsFirstEngine final : public engines::Engine {
     {
       std::lock_guard lock(mutex_);
       h = next_++;
+      if (request.kind == engines::RequestKind::fill) fill_priorities_.push_back(request.priority);
       if (request.kind == engines::RequestKind::canonical && gated_ < demands_) {
         ++gated_;
         held_.emplace(h, Held{std::move(request), std::move(sink),
@@ -238,6 +239,11 @@ class FillsFirstEngine final : public engines::Engine {
     if (inner != 0) inner_->cancel(inner);
   }
   engines::LoadSnapshot load() const override { return inner_->load(); }
+  // The priority of each fill request, in the order they came.
+  std::vector<int> fill_priorities() const {
+    std::lock_guard lock(mutex_);
+    return fill_priorities_;
+  }
   std::string name() const override { return inner_->name(); }
 
  private:
@@ -278,7 +284,7 @@ class FillsFirstEngine final : public engines::Engine {
   const std::size_t fills_each_;
   const std::size_t demands_;
   const std::chrono::seconds guard_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::map<engines::RequestHandle, Held> held_;
   std::map<engines::RequestHandle, engines::RequestHandle> forwarded_;
@@ -286,6 +292,7 @@ class FillsFirstEngine final : public engines::Engine {
   std::size_t fills_ = 0;     // fill requests sent on so far
   std::size_t gated_ = 0;     // demands held so far
   std::size_t released_ = 0;  // demands sent on so far
+  std::vector<int> fill_priorities_;
   bool stop_ = false;
   std::thread guard_thread_;
 };
@@ -409,8 +416,10 @@ TEST(Emission, AWinnerWithoutAFillStartsWhenItIsEmitted) {
   script_long_losers(w);
   RigOptions o{true, true, 50};
   o.fanout = 1;
-  o.wrap_engine = [](std::shared_ptr<engines::Engine> sim) {
-    return std::make_shared<FillsFirstEngine>(std::move(sim), 1, 2);
+  std::shared_ptr<FillsFirstEngine> gate;
+  o.wrap_engine = [&gate](std::shared_ptr<engines::Engine> sim) {
+    gate = std::make_shared<FillsFirstEngine>(std::move(sim), 1, 2);
+    return gate;
   };
   Rig rig(w, o);
   const auto r = rig.drive(w.runs[0]);
@@ -427,6 +436,11 @@ TEST(Emission, AWinnerWithoutAFillStartsWhenItIsEmitted) {
   EXPECT_EQ(st.fills_emitted, 2u) << "each turn's calendar fill";
   EXPECT_EQ(st.fills_issued, 4u);
   EXPECT_EQ(st.served_fill, 4u) << "both turns' handler and executor";
+  // The winners' handler fills ran at canonical priority (0), the losers' at fill priority.
+  const auto priorities = gate->fill_priorities();
+  EXPECT_EQ(std::count(priorities.begin(), priorities.end(), 0), 2)
+      << ::testing::PrintToString(priorities);
+  EXPECT_EQ(std::count(priorities.begin(), priorities.end(), 10), 2);
 }
 
 // An emission that the rest of the output contradicts promotes nothing: the losers were
