@@ -338,7 +338,6 @@ behavior branch_actor(Self self, BranchInitPtr init) {
         arm(self, svc.policy.settle_after, settleby_atom::value);
         maybe_settle(self);
       },
-      // Resolve on emission: the decider's selection showed before its output ended.
       // Resolve on emission: the decider's selection showed before its output ended
       // (`decoding`: and its decode has gone on past it).
       [=](emitted_atom, const std::string& selection, bool decoding) {

@@ -64,6 +64,7 @@ void carry_out(Self self, FillEffects fx) {
             exec->endpoint = std::move(e.endpoint);
             exec->body = std::move(e.body);
             exec->kind = engines::RequestKind::fill;
+            // An emitted winner's fill runs as the canonical call it anticipates would (0).
             exec->priority = init->emitted ? 0 : svc.policy.fill_priority;
             exec->id = "dynrt-fill-" + std::to_string(init->id) + "-" +
                        std::to_string(self->state.chain->step());

@@ -416,28 +416,27 @@ behavior pricing_actor(stateful_actor<PricingState>* self, PricingConfig config)
       [=](admit_atom, const AdmitRequestPtr& req) -> AdmitReply {
         auto& s = self->state;
         s.observe();
-        if (req->emitted) {  // resolve on emission: just the emitted winner, at p = 1
-          AdmitReply out;
-          const std::size_t rank = *req->emitted;
-          if (rank >= req->chains.size()) return out;
+        const auto candidate = [&](std::size_t rank) {
           admission::Candidate c;
           c.rank = rank;
           c.gain_ms = s.costs.gain_ms(req->chains[rank]);
           c.footprint = s.costs.footprint(req->chains[rank]);
-          if (const auto f = s.controller->admit_emitted(
-                  req->branch, c, admission::TenantShare{req->tenant, req->fill_share}))
+          return c;
+        };
+        if (req->emitted) {  // resolve on emission: just the emitted winner, at p = 1
+          AdmitReply out;
+          const std::size_t rank = *req->emitted;
+          if (rank >= req->chains.size()) return out;
+          if (const auto f =
+                  s.controller->admit_emitted(req->branch, candidate(rank),
+                                              admission::TenantShare{req->tenant, req->fill_share}))
             out.admitted.emplace_back(rank, f->reservation);
           s.publish();
           return out;
         }
         std::vector<admission::Candidate> cands;
-        for (std::size_t rank = 0; rank < req->chains.size(); ++rank) {
-          admission::Candidate c;
-          c.rank = rank;
-          c.gain_ms = s.costs.gain_ms(req->chains[rank]);
-          c.footprint = s.costs.footprint(req->chains[rank]);
-          cands.push_back(c);
-        }
+        for (std::size_t rank = 0; rank < req->chains.size(); ++rank)
+          cands.push_back(candidate(rank));
         const auto d = s.controller->admit(req->branch, cands, req->max_fills,
                                            admission::TenantShare{req->tenant, req->fill_share});
         AdmitReply out;

@@ -398,6 +398,14 @@ class CompleteStringAt : public nlohmann::json_sax<json> {
   std::vector<std::string> path_;
 };
 
+// The value every match of `re` in `text` captures; nullopt when none matches or two differ.
+std::optional<std::string> sole_match(const re2::RE2& re, const std::string& text) {
+  const auto matches = all_matches(re, text);
+  if (matches.empty() || std::set<std::string>(matches.begin(), matches.end()).size() > 1)
+    return std::nullopt;
+  return matches.front();
+}
+
 }  // namespace
 
 SelectionResult read_selection(const Decision& decision, const json& decider_output) {
@@ -442,21 +450,18 @@ std::optional<std::string> emitted_selection(const Decision& decision, const jso
     if (!reader.found) return std::nullopt;
     text = std::move(*reader.found);
     if (ex.regex) {
-      const auto matches = all_matches(*ex.regex, text);
-      if (matches.empty() || std::set<std::string>(matches.begin(), matches.end()).size() > 1)
-        return std::nullopt;
-      text = matches.front();
+      auto one = sole_match(*ex.regex, text);
+      if (!one) return std::nullopt;
+      text = std::move(*one);
     }
   } else if (ex.regex) {
     // Complete lines only: a match the next token could still extend or join is not read.
     const auto end = decoded.rfind('\n');
     if (end == std::string::npos) return std::nullopt;
-    const auto matches = all_matches(*ex.regex, decoded.substr(0, end + 1));
-    if (matches.empty() || std::set<std::string>(matches.begin(), matches.end()).size() > 1)
-      return std::nullopt;
-    text = matches.front();
-  } else if (ex.pointer.size() >= 14 &&
-             ex.pointer.compare(ex.pointer.size() - 14, 14, "/function/name") == 0) {
+    auto one = sole_match(*ex.regex, decoded.substr(0, end + 1));
+    if (!one) return std::nullopt;
+    text = std::move(*one);
+  } else if (ex.pointer.ends_with("/function/name")) {
     text = decoded;  // a tool call's name comes whole, in the call's first delta
   } else {
     return std::nullopt;  // the whole text: only the end of the decode says it is complete

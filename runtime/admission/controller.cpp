@@ -169,9 +169,7 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
     b->predicted_ranks.push_back(cand.rank);
   }
   // The tenant's share of the budget, and what its fills already hold.
-  const double share = std::clamp(tenant.share, 0.0, 1.0);
-  const int slot_cap = static_cast<int>(std::floor(share * curves_.fill_slots() + 1e-9));
-  const double kv_cap = share * config_.prices.kv_budget;
+  const auto [slot_cap, kv_cap] = caps(tenant);
   const auto held = accounts_.find(std::string(tenant.tenant));
   const Account account = held == accounts_.end() ? Account{} : held->second;
   Budget budget;
@@ -260,11 +258,15 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
   return out;
 }
 
+Controller::ShareCaps Controller::caps(const TenantShare& tenant) const {
+  const double share = std::clamp(tenant.share, 0.0, 1.0);
+  return {static_cast<int>(std::floor(share * curves_.fill_slots() + 1e-9)),
+          share * config_.prices.kv_budget};
+}
+
 ReservationId Controller::reserve(BranchId branch, double kv, TenantShare tenant) {
   // Atomic: both the fill count and the KV share, against every branch's reservations.
-  const double share = std::clamp(tenant.share, 0.0, 1.0);
-  const int slot_cap = static_cast<int>(std::floor(share * curves_.fill_slots() + 1e-9));
-  const double kv_cap = share * config_.prices.kv_budget;
+  const auto [slot_cap, kv_cap] = caps(tenant);
   if (fills_in_flight_ + 1 > static_cast<int>(curves_.fill_slots()) ||
       kv_reserved_ + kv > config_.prices.kv_budget) {
     ++stats_.reservations_refused;

@@ -268,6 +268,12 @@ class Controller {
   // The price still charged for the branch's fill of candidate `rank`, now given back (0 when
   // it already was).
   double give_back(Branch& b, std::size_t rank);
+  // The most fills and KV share `tenant`'s share of the fill budget allows.
+  struct ShareCaps {
+    int fills = 0;
+    double kv = 0;
+  };
+  ShareCaps caps(const TenantShare& tenant) const;
   // Reserves one fill's slot and KV share for `tenant` (0 when the budget or its share is full).
   ReservationId reserve(BranchId branch, double kv, TenantShare tenant);
   double uniform();
