@@ -157,7 +157,10 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
   FillDecision out;
   out.view = view();
   Branch* b = find(branch);
-  if (!b || b->settled) return out;
+  if (!b || b->settled) {
+    out.refused.assign(candidates.size(), Refusal::closed);
+    return out;
+  }
   ClassState& c = state(b->coordinate);
   std::vector<PricedCandidate> priced;
   priced.reserve(candidates.size());
@@ -173,9 +176,11 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
   const auto held = accounts_.find(std::string(tenant.tenant));
   const Account account = held == accounts_.end() ? Account{} : held->second;
   Budget budget;
-  budget.fills = std::max(0, std::min({max_fills - b->admitted,
-                                       static_cast<int>(curves_.fill_slots()) - fills_in_flight_,
-                                       slot_cap - account.fills}));
+  const int by_max = max_fills - b->admitted;
+  const int by_slots = static_cast<int>(curves_.fill_slots()) - fills_in_flight_;
+  const int by_share = slot_cap - account.fills;
+  budget.fills = std::max(0, std::min({by_max, by_slots, by_share}));
+  const int fill_budget = budget.fills;
   budget.kv_share =
       std::max(0.0, std::min(config_.prices.kv_budget - kv_reserved_, kv_cap - account.kv_share));
   std::vector<ReservationId> made(candidates.size(), 0);
@@ -188,13 +193,20 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
   };
   bool probing = false;  // an audit's probe pays no reserve price either
   std::vector<bool> below_reserve(candidates.size(), false);  // asked more than once, counted once
+  out.refused.assign(candidates.size(), priced_fills ? Refusal::utility : Refusal::threshold);
+  std::vector<bool> eligible(candidates.size(), false);  // it passed its policy's own test
   Hooks hooks;
   hooks.reserve = [&](std::size_t i) {
     if (priced_fills && !b->audit && !probing && density(i) <= budget_reserve()) {
       below_reserve[i] = true;
+      out.refused[i] = Refusal::reserve;
       return false;
     }
+    const auto share_refusals = stats_.share_refused;
     made[i] = reserve(branch, candidates[i].footprint.kv_share, tenant);
+    if (made[i] == 0)
+      out.refused[i] =
+          stats_.share_refused != share_refusals ? Refusal::tenant_share : Refusal::fill_budget;
     return made[i] != 0;
   };
   // An audited branch probes: its best feasible candidate is admitted even at non-positive
@@ -232,6 +244,7 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
       } else if (!all && confidence < config_.fixed_threshold) {
         continue;
       }
+      eligible[i] = true;
       if (!feasible(budget, priced[i].footprint) || !hooks.reserve(i)) continue;
       const double cost = curves_.cost(out.view, priced[i].footprint);
       steps.push_back(Step{i, utility(priced[i], out.view, curves_), cost, false});
@@ -239,7 +252,23 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
       budget.kv_share -= priced[i].footprint.kv_share;
     }
   }
+  // A candidate worth its price (or passing the fixed rule) that no step took and no
+  // reservation refused: the budget ran out before it.
+  const Refusal out_of_budget = by_max <= std::min(by_slots, by_share) ? Refusal::max_fills
+                                : by_share < by_slots                  ? Refusal::tenant_share
+                                                                       : Refusal::fill_budget;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    const bool default_reason =
+        out.refused[i] == Refusal::utility || (out.refused[i] == Refusal::threshold && eligible[i]);
+    if (!default_reason) continue;
+    const bool worth = priced_fills ? utility(priced[i], out.view, curves_) > 0 : eligible[i];
+    if (worth && (static_cast<int>(steps.size()) >= fill_budget ||
+                  !feasible(Budget{1, budget.kv_share}, priced[i].footprint)))
+      out.refused[i] =
+          static_cast<int>(steps.size()) >= fill_budget ? out_of_budget : Refusal::fill_budget;
+  }
   for (const Step& s : steps) {
+    out.refused[s.index] = Refusal::none;
     out.admitted.push_back(
         FillChoice{s.index, made[s.index], priced[s.index].p, s.utility, s.cost_ms, s.audit});
     b->reservations.push_back(made[s.index]);
@@ -452,6 +481,46 @@ std::optional<double> Controller::branch_return(BranchId branch) const {
   const auto it = branches_.find(branch);
   if (it == branches_.end()) return std::nullopt;
   return it->second.y;
+}
+
+std::string_view to_string(GateReason r) {
+  switch (r) {
+    case GateReason::cold_trial:
+      return "cold trial";
+    case GateReason::cold_pending:
+      return "cold trials pending";
+    case GateReason::ucb:
+      return "expected benefit above its price";
+    case GateReason::closed:
+      return "expected benefit below its price";
+    case GateReason::audit:
+      return "audit";
+    case GateReason::fixed:
+      return "fixed policy";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(Refusal r) {
+  switch (r) {
+    case Refusal::none:
+      return "admitted";
+    case Refusal::utility:
+      return "price";
+    case Refusal::threshold:
+      return "threshold";
+    case Refusal::max_fills:
+      return "max_fills";
+    case Refusal::fill_budget:
+      return "fill budget";
+    case Refusal::tenant_share:
+      return "tenant share";
+    case Refusal::reserve:
+      return "reserve price";
+    case Refusal::closed:
+      return "branch closed";
+  }
+  return "unknown";
 }
 
 }  // namespace dynrt::admission

@@ -105,6 +105,21 @@ enum class GateReason {
   fixed,         ///< opened by a fixed policy (AdmissionPolicy other than priced)
 };
 
+std::string_view to_string(GateReason r);
+
+// Why Action 1 left a candidate out (FillDecision::refused), as `dynrt explain` reports it.
+enum class Refusal {
+  none,          ///< admitted
+  utility,       ///< its expected benefit did not beat its price at the load (U <= 0)
+  threshold,     ///< below a fixed policy's confidence threshold
+  max_fills,     ///< the decision's max_fills was reached
+  fill_budget,   ///< the engines' fill slots or KV budget were taken
+  tenant_share,  ///< the tenant held its share of the fill budget
+  reserve,       ///< worth less than the fill budget's reserve price
+  closed,        ///< the branch was not open with the controller (gate closed or settled)
+};
+std::string_view to_string(Refusal r);
+
 struct GenerationDecision {
   bool open = false;
   GateReason reason = GateReason::closed;
@@ -130,6 +145,7 @@ struct FillChoice {
 struct FillDecision {
   std::vector<FillChoice> admitted;  // in admission order
   std::vector<double> p;             // per candidate: the probability the gate used
+  std::vector<Refusal> refused;      // per candidate: none if admitted, else why not
   LoadView view;                     // V_H the decision started from
 };
 
