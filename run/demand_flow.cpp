@@ -76,6 +76,7 @@ DemandEffects DemandFlow::served(DemandId id, const std::optional<ServeReply>& r
   if (may_wait && config_.policy.fills && f != fills_.end()) {
     // Its fill is running: wait for it, within the decision's bound.
     f->second.waiters.push_back(id);
+    p.waited_fill = true;
     ++tally_.waits;
     wait(id, p, wait_of(run_.graph(), stage_of(p)), fx);
     return fx;
@@ -193,9 +194,11 @@ void DemandFlow::answer(DemandId id, Reply reply, DemandEffects& fx) {
   const auto it = pending_.find(id);
   if (it == pending_.end()) return;
   // Answered by its own execution: the fill it also waited for no longer concerns it.
-  if (it->second.hedged) leave_fill(id, it->second);
+  const auto& p = it->second;
+  if (p.hedged) leave_fill(id, p);
+  DemandTrace trace{p.name, reusable(stage_of(p)), p.waited_fill, p.wait_timed_out, p.waited_ms};
   pending_.erase(it);
-  fx.push_back(Answer{id, std::move(reply)});
+  fx.push_back(Answer{id, std::move(reply), std::move(trace)});
 }
 
 void DemandFlow::completed(const dsl::Stage& stage, const std::string& response, csl::EntryRef ref,
@@ -384,6 +387,7 @@ DemandEffects DemandFlow::wait_over(DemandId id, std::uint64_t wait) {
   if (it == pending_.end() || !it->second.waiting_since || it->second.wait != wait) return fx;
   auto& p = it->second;
   const bool on_fill = p.joined == 0;
+  p.wait_timed_out = p.wait_timed_out || on_fill;
   stop_waiting(id, p, fx);
   ++tally_.wait_timeouts;
   p.may_join = false;  // runs now; it may still lead if nothing is in flight

@@ -29,6 +29,7 @@
 // opened) and the resolved branches learn whether their fill served it.
 #pragma once
 
+#include "run/journal.hpp"
 #include "run/results.hpp"
 #include "run/stage.hpp"
 #include "run/workflow_run.hpp"
@@ -103,10 +104,11 @@ struct Write {
   DemandId id = 0;
   Strings records;
 };
-// Answer the call. The demand is forgotten.
+// Answer the call. The demand is forgotten; `trace` is how it went (for `dynrt explain`).
 struct Answer {
   DemandId id = 0;
   Reply reply;
+  DemandTrace trace;
 };
 // What the run's state says to do with branches after a demand or a completion.
 struct Branches {
@@ -209,6 +211,8 @@ class DemandFlow {
     bool may_join = true;         // false once a wait for another's execution timed out
     bool streams = false;         // answered as a stream: its own execution cannot be swapped
     bool hedged = false;          // runs itself and still waits for the stage's fill
+    bool waited_fill = false;     // it waited for the stage's fill
+    bool wait_timed_out = false;  // ... past the bound
     bool racing = false;          // ... whose result is being probed for
     bool executing = false;       // an Execute is out, executed() has not come
     bool claiming = false;        // a Claim is out, claimed() has not come

@@ -38,7 +38,8 @@ void FillChain::next_stage(FillEffects& fx) {
   // differently then.
   if (const auto early = std::exchange(next_, std::nullopt); early != name) {
     if (early) fx.push_back(Ended{*early, false});
-    fx.push_back(Announce{name});
+    fx.push_back(
+        Announce{name, stage().id, std::make_shared<const nlohmann::json>(request_->body)});
   }
   if (!config_.policy.reuse) return run_on_engine(fx);
   busy_ = true;
@@ -127,7 +128,7 @@ void FillChain::announce_next(const std::string& bytes, FillEffects& fx) {
   const auto rendered = dsl::render_stage(s, vars);
   if (!rendered) return;
   next_ = name_of(s, *rendered);
-  fx.push_back(Announce{*next_});
+  fx.push_back(Announce{*next_, s.id, std::make_shared<const nlohmann::json>(rendered->body)});
 }
 
 Hash128 FillChain::name_of(const dsl::Stage& s, const dsl::RenderedRequest& r) const {

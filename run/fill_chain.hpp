@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -37,6 +38,8 @@ namespace fill {
 // The workflow learns that this fill computes the stage result `name` (a demand may wait).
 struct Announce {
   Hash128 name;
+  dsl::StageId stage = dsl::kNoId;
+  std::shared_ptr<const nlohmann::json> body;  // the request it rendered (for `dynrt explain`)
 };
 // ... and that it no longer does (`stored`: its shadow is in the library).
 struct Ended {

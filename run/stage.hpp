@@ -42,6 +42,8 @@ struct Policy {
   // Resolve on emission: an exclusive branch stops its other candidates' fills as soon as the
   // decider's selection can be read from its decode, not at the end of the decode.
   bool emission = true;
+  // Keep each run's journal for `dynrt explain` (how each call was served, and why not).
+  bool explain = true;
   std::chrono::milliseconds settle_after{30'000};
 };
 
