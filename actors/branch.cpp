@@ -34,6 +34,7 @@ struct BranchActorState {
   int samples_out = 0;
   bool proposed = false;
   bool answered = false;  // Action 1's first answer came (its fills are known)
+  run::BranchNote note;   // what `dynrt explain` learns of it
   static inline const char* name = "dynrt.branch";
 };
 
@@ -41,6 +42,20 @@ using Self = stateful_actor<BranchActorState>*;
 
 const dsl::Decision& decision_of(const BranchActorState& st) {
   return st.init->graph->decisions[st.init->decision];
+}
+
+// Tells the workflow the branch's state, for its journal (`dynrt explain`).
+void report(Self self) {
+  const auto& st = self->state;
+  if (!st.init->services->policy.explain) return;
+  self->send(st.init->workflow, bnote_atom::value,
+             BranchNotePtr(std::make_shared<const run::BranchNote>(st.note)));
+}
+
+run::BranchNote::Candidate* noted(BranchActorState& st, std::uint64_t fill) {
+  for (auto& c : st.note.candidates)
+    if (c.fill == fill) return &c;
+  return nullptr;
 }
 
 void maybe_settle(Self self, bool force = false) {
@@ -111,6 +126,11 @@ void spawn_fills(Self self, const AdmitReply& admitted, bool emitted = false) {
     init->services = st.init->services;
     init->emitted = emitted;
     ++svc.counters->fills_issued;
+    if (rank < st.note.candidates.size()) {
+      st.note.candidates[rank].fill = id;
+      st.note.candidates[rank].refused.reset();
+      st.note.candidates[rank].status = FillStatus::running;
+    }
     st.fills.emplace(id, spawn_fill_actor(self, std::move(init)));
   }
 }
@@ -139,10 +159,17 @@ void admit(Self self, std::shared_ptr<AdmitRequest> req) {
   self->request(svc.pricing, infinite, admit_atom::value, AdmitRequestPtr(std::move(req)))
       .then(
           [=](AdmitReply& reply) {
-            if (!emitted) self->state.answered = true;
+            if (!emitted) {
+              self->state.answered = true;
+              auto& cands = self->state.note.candidates;
+              for (std::size_t r = 0; r < reply.refused.size() && r < cands.size(); ++r)
+                if (cands[r].fill == 0 && reply.refused[r] != admission::Refusal::none)
+                  cands[r].refused = reply.refused[r];
+            }
             if (self->state.branch->phase() == branch::Phase::filling) {
               if (emitted) svc.counters->fills_emitted += reply.admitted.size();
               spawn_fills(self, reply, emitted);
+              report(self);
             } else {
               for (const auto& [rank, res] : reply.admitted)
                 self->send(svc.pricing, release_atom::value, res);
@@ -162,7 +189,11 @@ void proposed(Self self, std::vector<std::string> candidates) {
   st0.proposed = true;
   const auto setup = st0.init->services->time->now() - st0.started;
   st0.branch->propose(std::move(candidates), setup);
+  st0.note.proposed = true;
+  for (const auto& c : st0.branch->candidates())
+    st0.note.candidates.push_back({c, 0, std::nullopt, FillStatus::running});
   if (st0.branch->candidates().empty() || st0.branch->phase() != branch::Phase::filling) {
+    report(self);
     return maybe_settle(self);  // nothing to fill (settles once resolved)
   }
   const auto& svc = *st0.init->services;
@@ -172,6 +203,9 @@ void proposed(Self self, std::vector<std::string> candidates) {
       .then(
           [=](GateReply& gate) {
             auto& st = self->state;
+            st.note.gate = gate.open ? run::BranchNote::Gate::open : run::BranchNote::Gate::closed;
+            st.note.gate_reason = std::string(admission::to_string(gate.reason));
+            report(self);
             if (!gate.open) {
               ++svc.counters->branches_gated;
               return maybe_settle(self);
@@ -260,6 +294,8 @@ behavior branch_actor(Self self, BranchInitPtr init) {
                                                      d.promotion == dsl::Promotion::exclusive);
   st0.chain = run::fill_chain(*init->graph, d, init->services->policy.fill_depth);
   st0.started = init->services->time->now();
+  st0.note.branch = init->id;
+  st0.note.decision = init->decision;
   self->attach_functor([asked = st0.asked_gate, drafts = st0.drafts, deadlines = st0.deadlines,
                         pricing = caf::actor_addr(init->services->pricing.address()),
                         time = init->services->time, id = init->id](const error&) {
@@ -307,6 +343,10 @@ behavior branch_actor(Self self, BranchInitPtr init) {
       },
       [=](fdone_atom, std::uint64_t fill, FillStatus status, std::int64_t engine_ns) {
         auto& st = self->state;
+        if (auto* c = noted(st, fill)) {
+          c->status = status;
+          report(self);
+        }
         if (const auto res = st.branch->finished(fill, status, Duration(engine_ns))) {
           // Its whole chain came from the library: no engine work, so no price to charge.
           if (status == FillStatus::done && engine_ns == 0)
@@ -325,6 +365,9 @@ behavior branch_actor(Self self, BranchInitPtr init) {
           st.branch->propose({}, svc.time->now() - st.started);
         }
         const auto res = st.branch->resolve(outcome, selection);
+        st.note.outcome = res.outcome;
+        st.note.selection = selection;
+        report(self);
         for (const auto id : res.cancel)
           if (auto it = st.fills.find(id); it != st.fills.end())
             self->send(it->second, fcancel_atom::value);

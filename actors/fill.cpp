@@ -47,7 +47,11 @@ void carry_out(Self self, FillEffects fx) {
         [&](auto& e) {
           using E = std::decay_t<decltype(e)>;
           if constexpr (std::is_same_v<E, Announce>) {
-            self->send(init->workflow, announce_atom::value, e.name, init->id);
+            FillRenderPtr render;
+            if (svc.policy.explain)
+              render = std::make_shared<const run::FillRender>(run::FillRender{
+                  init->id, init->branch, init->candidate, e.stage, e.name, std::move(e.body)});
+            self->send(init->workflow, announce_atom::value, e.name, init->id, render);
           } else if constexpr (std::is_same_v<E, Ended>) {
             self->send(init->workflow, fend_atom::value, e.name, init->id, e.stored);
           } else if constexpr (std::is_same_v<E, Probe>) {

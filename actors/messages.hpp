@@ -15,6 +15,7 @@
 #include "dsl/template_graph.hpp"
 #include "engines/engine.hpp"
 #include "engines/router.hpp"
+#include "run/journal.hpp"
 #include "run/results.hpp"
 #include "run/stage.hpp"
 #include "runtime/admission/controller.hpp"
@@ -25,10 +26,14 @@
 
 #include <caf/all.hpp>
 
+#include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace dynrt::actors {
@@ -84,16 +89,18 @@ using timebox_atom = caf::atom_constant<caf::atom("btimebox")>;    // branch: dr
 using kickoff_atom = caf::atom_constant<caf::atom("kickoff")>;     // branch, fill: start
 using announce_atom = caf::atom_constant<caf::atom("fannounce")>;  // fill -> workflow
 using fend_atom = caf::atom_constant<caf::atom("fend")>;           // fill -> workflow
-using fstored_atom = caf::atom_constant<caf::atom("fstored")>;     // fill -> branch
-using fdone_atom = caf::atom_constant<caf::atom("fdone")>;         // fill -> branch
-using fcancel_atom = caf::atom_constant<caf::atom("fcancel")>;     // branch -> fill
-using emitted_atom = caf::atom_constant<caf::atom("emitted")>;     // watch -> workflow -> branch
-using waitend_atom = caf::atom_constant<caf::atom("waitend")>;     // workflow: a wait's bound
-using idle_atom = caf::atom_constant<caf::atom("idle")>;           // workflow <-> root: idle check
-using stop_atom = caf::atom_constant<caf::atom("stopwf")>;         // root -> workflow: retire
-using gone_atom = caf::atom_constant<caf::atom("gonewf")>;         // workflow -> root: it ended
-using tick_atom = caf::atom_constant<caf::atom("tick")>;           // root: the periodic expiry
-using sweep_atom = caf::atom_constant<caf::atom("sweep")>;         // root: more runs are due
+using bnote_atom = caf::atom_constant<caf::atom("bnote")>;         // branch -> workflow: explain
+using explain_atom = caf::atom_constant<caf::atom("explain")>;  // root, workflow: a run's journal
+using fstored_atom = caf::atom_constant<caf::atom("fstored")>;  // fill -> branch
+using fdone_atom = caf::atom_constant<caf::atom("fdone")>;      // fill -> branch
+using fcancel_atom = caf::atom_constant<caf::atom("fcancel")>;  // branch -> fill
+using emitted_atom = caf::atom_constant<caf::atom("emitted")>;  // watch -> workflow -> branch
+using waitend_atom = caf::atom_constant<caf::atom("waitend")>;  // workflow: a wait's bound
+using idle_atom = caf::atom_constant<caf::atom("idle")>;        // workflow <-> root: idle check
+using stop_atom = caf::atom_constant<caf::atom("stopwf")>;      // root -> workflow: retire
+using gone_atom = caf::atom_constant<caf::atom("gonewf")>;      // workflow -> root: it ended
+using tick_atom = caf::atom_constant<caf::atom("tick")>;        // root: the periodic expiry
+using sweep_atom = caf::atom_constant<caf::atom("sweep")>;      // root: more runs are due
 
 // -- shared services --------------------------------------------------------------------------
 
@@ -111,6 +118,27 @@ struct Counters {
 };
 
 class StatsBoard;
+
+// The journals of ended workflow runs, for `dynrt explain`: bounded by count (the oldest go
+// first) and by age. Thread-safe: workflow actors keep, Runtime::explain() reads.
+class RunRecords {
+ public:
+  RunRecords(std::size_t max_runs, Duration keep) : max_(max_runs), keep_(keep) {}
+  void keep(const std::string& key, nlohmann::json record, TimePoint now);
+  std::optional<nlohmann::json> find(const std::string& key, TimePoint now) const;
+
+ private:
+  struct Kept {
+    std::string key;
+    nlohmann::json record;
+    TimePoint until;
+  };
+  mutable std::mutex mutex_;
+  std::size_t max_;
+  Duration keep_;
+  std::list<Kept> runs_;  // oldest first
+  std::unordered_map<std::string, std::list<Kept>::iterator> index_;
+};
 
 // Whether the graph still stands: a deadline that comes due after shutdown posts nothing (the
 // actor system it would post into is being destroyed). Thread-safe.
@@ -143,6 +171,8 @@ struct Services {
   std::shared_ptr<StatsBoard> board;
   std::shared_ptr<TimeService> time;  // the graph's clock and deadlines
   std::shared_ptr<LifeGate> life;
+  std::shared_ptr<RunRecords> records;  // ended runs' journals (`dynrt explain`)
+  std::function<void(const nlohmann::json&)> on_near_miss;  // RuntimeConfig::on_near_miss
   Policy policy;
 
   // The actor that runs `endpoint` with `body` (a model's engine, or the tools).
@@ -218,6 +248,7 @@ using AdmitRequestPtr = std::shared_ptr<const AdmitRequest>;
 
 struct AdmitReply {
   std::vector<std::pair<std::size_t, std::uint64_t>> admitted;  // (rank, reservation)
+  std::vector<admission::Refusal> refused;                      // by rank (none: admitted)
 };
 
 struct PricingSnapshot {
@@ -286,6 +317,8 @@ class Answer {
 };
 
 using WriteAnswerPtr = std::shared_ptr<Answer<std::uint64_t>>;
+// The journals of the runs `dynrt explain` asked for, each as JSON.
+using ExplainAnswerPtr = std::shared_ptr<Answer<std::vector<nlohmann::json>>>;
 using PredictorContextPtr = std::shared_ptr<const PredictorContext>;
 
 // -- workflow, branch, fill -------------------------------------------------------------------
@@ -332,6 +365,8 @@ struct FillInit {
   bool emitted = false;
 };
 using FillInitPtr = std::shared_ptr<const FillInit>;
+using BranchNotePtr = std::shared_ptr<const run::BranchNote>;
+using FillRenderPtr = std::shared_ptr<const run::FillRender>;
 
 }  // namespace dynrt::actors
 
@@ -364,3 +399,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::PredictorContextPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::DemandPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::BranchInitPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::FillInitPtr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::BranchNotePtr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::FillRenderPtr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::ExplainAnswerPtr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(nlohmann::json)  // a run's journal, `dynrt explain`

@@ -45,6 +45,7 @@ using reload_atom = atom_constant<atom("reload")>;  // root: templates recompile
 struct RootInit {
   GraphMap graphs;
   RuntimeConfig config;
+  std::shared_ptr<RunRecords> records;
   std::shared_ptr<Counters> counters;
   std::shared_ptr<StatsBoard> board;
   std::shared_ptr<TimeService> time;
@@ -59,6 +60,7 @@ run::Policy policy_of(const RuntimeConfig& cfg) {
                      .fill_depth = cfg.fill_depth,
                      .private_fills = cfg.private_fills,
                      .emission = cfg.emission,
+                     .explain = cfg.explain_runs > 0,
                      .settle_after = cfg.settle_after};
 }
 
@@ -152,6 +154,8 @@ behavior root_actor(RootSelf self, std::shared_ptr<const RootInit> init) {
   svc->time = init->time;
   svc->life = init->life;
   svc->policy = policy_of(cfg);
+  svc->records = init->records;
+  svc->on_near_miss = cfg.on_near_miss;
   PricingConfig pricing;
   pricing.admission = cfg.admission;
   pricing.costs = cfg.costs;
@@ -262,6 +266,42 @@ behavior root_actor(RootSelf self, std::shared_ptr<const RootInit> init) {
         self->request(self->state.services->csl, infinite, write_atom::value, keys)
             .then([answer](std::uint64_t removed) { (*answer)(removed); },
                   [answer](error&) { (*answer)(0); });
+      },
+      // `dynrt explain`: the journals of `tenant`'s runs with workflow id `id` (of `workflow`, or
+      // of every workflow): a live run's from its actor, an ended one's from the records.
+      [=](explain_atom, const std::string& tenant, const std::string& id,
+          const std::string& workflow, const ExplainAnswerPtr& answer) {
+        auto& st = self->state;
+        const auto& services = *st.services;
+        if (!services.policy.explain) return (*answer)({});  // no journals kept
+        auto found = std::make_shared<std::vector<nlohmann::json>>();
+        // Answers once every live run asked has answered (or failed to).
+        auto pending = std::make_shared<std::size_t>(1);
+        auto one_done = [found, pending, answer] {
+          if (--*pending == 0) (*answer)(std::move(*found));
+        };
+        for (const auto& [name, graph] : st.graphs) {
+          if (!workflow.empty() && name != workflow) continue;
+          Request r;
+          r.caller.tenant = tenant;
+          r.tags.workflow = name;
+          r.tags.workflow_id = id;
+          const auto key = run_key(r);
+          if (auto* run = st.runs->find(key)) {
+            ++*pending;
+            self->request(run->handle.actor, infinite, explain_atom::value)
+                .then(
+                    [found, one_done](nlohmann::json& j) {
+                      found->push_back(std::move(j));
+                      one_done();
+                    },
+                    [one_done](error&) { one_done(); });
+          } else if (services.records) {
+            if (auto kept = services.records->find(key, services.time->now()))
+              found->push_back(std::move(*kept));
+          }
+        }
+        one_done();
       },
       [=](services_atom) { return self->state.services; },
       // New runs start on the new graphs; a live run keeps the graph it started with, so one
@@ -489,6 +529,8 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config,
   if (config.stepped)
     impl->stepper = &dynamic_cast<caf::scheduler::test_coordinator&>(impl->system->scheduler());
   init->config = config;
+  init->records = std::make_shared<RunRecords>(
+      config.explain_runs, std::chrono::duration_cast<Duration>(config.explain_keep));
   init->counters = impl->counters;
   init->board = impl->board;
   init->time = impl->time;
@@ -603,6 +645,27 @@ void Runtime::write(std::vector<std::string> keys, std::function<void(std::size_
     }
   }
   (*answer)(0);
+}
+
+void Runtime::explain(std::string id, std::function<void(std::vector<nlohmann::json>)> done,
+                      std::string workflow, std::string tenant) {
+  auto answer = std::make_shared<Answer<std::vector<nlohmann::json>>>(std::move(done));
+  std::shared_lock life(impl_->life);
+  if (!impl_->stopped)
+    anon_send(impl_->root, explain_atom::value, std::move(tenant), std::move(id),
+              std::move(workflow), answer);
+  // Stopped: the answer's destructor answers with nothing.
+}
+
+std::future<std::vector<nlohmann::json>> Runtime::explain(std::string id, std::string workflow,
+                                                          std::string tenant) {
+  auto promise = std::make_shared<std::promise<std::vector<nlohmann::json>>>();
+  auto future = promise->get_future();
+  explain(
+      std::move(id),
+      [promise](std::vector<nlohmann::json> runs) { promise->set_value(std::move(runs)); },
+      std::move(workflow), std::move(tenant));
+  return future;
 }
 
 RuntimeStats Runtime::stats() const {

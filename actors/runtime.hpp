@@ -85,6 +85,18 @@ struct RuntimeConfig {
   // Resolve on emission: stop the other candidates' fills as soon as a decider's selection can
   // be read from its decode (streamed calls, or engines that report progress), not at its end.
   bool emission = true;
+  // `dynrt explain`: each run keeps a journal of its calls (how each was served, and why a call
+  // no fill or library entry served was not), readable with explain() while the run lives and
+  // for `explain_keep` after it ends, for at most `explain_runs` ended runs (the oldest go
+  // first). 0 runs: no journals.
+  std::size_t explain_runs = 1000;
+  std::chrono::milliseconds explain_keep{600'000};
+  // Hears of each near miss: a call served by the engine that a fill or the library might
+  // have served, had the template, the request or the load been otherwise (the journal's
+  // reasons but not_reusable, not_downstream, no_branch, no_candidates and unresolved, or any
+  // call whose body differs from what the template renders). Gets {workflow, id, tenant,
+  // call} with the call as explain() reports it. Runs on an actor's thread: must not block.
+  std::function<void(const nlohmann::json&)> on_near_miss;
   int decode_slots = 0;  // the engines' decode slots for pricing; 0: from the engine's load
   double kv_tokens = 0;  // the engines' KV pool in tokens for pricing; 0: from the engine
   csl::Limits csl;
@@ -193,6 +205,16 @@ class Runtime {
 
   RuntimeStats stats() const;
   std::vector<std::string> workflows() const;  // the loaded templates' names
+
+  // `dynrt explain`: the journals of `tenant`'s runs with workflow id `id` (of `workflow`, or
+  // of every loaded workflow), live or ended within explain_keep, each as JSON: every call in
+  // order with how it was served and, for a call no fill or library entry served, why not
+  // (run/journal.hpp has the reasons and the format). Empty when none is known. The callback
+  // runs on an actor's thread; a stepped Runtime answers inside run_pending().
+  void explain(std::string id, std::function<void(std::vector<nlohmann::json>)> done,
+               std::string workflow = {}, std::string tenant = {});
+  std::future<std::vector<nlohmann::json>> explain(std::string id, std::string workflow = {},
+                                                   std::string tenant = {});
 
   // A stepped Runtime (RuntimeConfig::stepped): runs every actor message pending, including
   // those the messages it runs send, until none is left; returns how many ran. A threaded

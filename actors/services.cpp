@@ -442,6 +442,7 @@ behavior pricing_actor(stateful_actor<PricingState>* self, PricingConfig config)
         AdmitReply out;
         for (const auto& f : d.admitted)
           out.admitted.emplace_back(cands[f.candidate].rank, f.reservation);
+        out.refused = d.refused;  // candidates are asked in rank order
         s.publish();
         return out;
       },

@@ -21,6 +21,8 @@ struct WorkflowState {
   WorkflowInit init;
   std::unique_ptr<run::WorkflowRun> run;                 // variables, producers, outputs, branches
   std::unique_ptr<run::DemandFlow> flow;                 // every demand in flight
+  std::unique_ptr<run::RunJournal> journal;              // `dynrt explain` (null: off)
+  TimePoint started{};                                   // the run's first demand
   std::map<std::uint64_t, caf::actor> branches;          // open branch actors by branch id
   std::unordered_map<std::uint64_t, DemandPtr> demands;  // the calls in flight, by demand id
   // Aborts a demand's own execution (a hedged demand its fill answered first), by demand id,
@@ -37,6 +39,29 @@ const Services& svc_of(Self self) {
   return *self->state.init.services;
 }
 
+double run_ms(Self self) {
+  const auto& st = self->state;
+  return run::ms_of(svc_of(self).time->now() - st.started);
+}
+
+// The run's journal as `dynrt explain` shows it.
+nlohmann::json explanation(Self self, bool live) {
+  const auto& st = self->state;
+  auto out = st.journal ? st.journal->to_json() : nlohmann::json::object();
+  out["workflow"] = st.init.graph->workflow;
+  out["id"] = st.init.id;
+  out["live"] = live;
+  return out;
+}
+
+// Ends the actor; its journal stays readable for a while (RunRecords).
+void finish(Self self) {
+  const auto& svc = svc_of(self);
+  if (self->state.journal && svc.records)
+    svc.records->keep(self->state.init.key, explanation(self, false), svc.time->now());
+  self->quit();
+}
+
 // Retiring: abandons the branches (their fills are cancelled, their shadows discarded) and
 // ends once nothing is in flight. Idempotent: it runs again each time a call is answered.
 void retire(Self self) {
@@ -45,7 +70,23 @@ void retire(Self self) {
   for (const auto& [id, actor] : st.branches)
     self->send(actor, abandon_atom::value);
   st.branches.clear();
-  if (st.flow->idle()) self->quit();
+  if (st.flow->idle()) finish(self);
+}
+
+// A call no fill or library entry served although one might have (the journal's reasons that
+// a template or a client can act on): `RuntimeConfig::on_near_miss` hears of it.
+bool near_miss(const run::Why& why) {
+  using R = run::MissReason;
+  switch (why.reason) {
+    case R::not_reusable:
+    case R::not_downstream:
+    case R::no_branch:
+    case R::no_candidates:
+    case R::unresolved:
+      return !why.template_diff.empty();
+    default:
+      return true;
+  }
 }
 
 // Carries out what the run's state says: abandon, resolve, open branches.
@@ -132,7 +173,25 @@ void answer(Self self, run::demand::Answer a) {
   auto& st = self->state;
   const auto it = st.demands.find(a.id);
   if (it == st.demands.end()) return;
-  count_served(*svc_of(self).counters, a.reply.served);
+  const auto& svc = svc_of(self);
+  count_served(*svc.counters, a.reply.served);
+  if (st.journal)
+    if (const auto* stage = st.init.graph->stage(it->second->request.tags.stage)) {
+      st.journal->answered(a.id, *stage, it->second->request.body, a.reply.served, a.reply.status,
+                           a.trace, st.run->vars(), run_ms(self));
+      const auto* c = st.journal->call(a.id);
+      if (svc.on_near_miss && c && c->why && near_miss(*c->why)) {
+        auto e = explanation(self, true);
+        for (auto& call : e["calls"])
+          if (call["seq"] == c->seq) {
+            svc.on_near_miss(nlohmann::json{{"workflow", st.init.graph->workflow},
+                                            {"id", st.init.id},
+                                            {"tenant", st.init.caller.tenant},
+                                            {"call", call}});
+            break;
+          }
+      }
+    }
   it->second->sink->done(std::move(a.reply));  // which counts an error answer
   st.demands.erase(it);
   // Ends in a message of its own: the caller may still be in the middle of the answer's
@@ -225,7 +284,12 @@ void on_demand(Self self, const DemandPtr& d) {
   auto& st = self->state;
   ++st.received;
   const dsl::Stage* stage = st.init.graph->stage(d->request.tags.stage);
+  if (st.journal) {
+    if (st.received == 1) st.started = svc_of(self).time->now();
+    st.journal->arrived(d->id, d->request.tags.stage, d->request.endpoint, run_ms(self));
+  }
   if (!stage || stage->kind == dsl::StageKind::user) {
+    if (st.journal) st.journal->passed(d->id, !stage);
     forward(svc_of(self), d->request, d->sink);
     return;
   }
@@ -241,6 +305,7 @@ behavior workflow_actor(Self self, WorkflowInit init) {
   st.run = std::make_unique<run::WorkflowRun>(st.init.graph, svc.policy.fills);
   st.flow = std::make_unique<run::DemandFlow>(
       *st.run, *svc.time, run::DemandFlow::Config{svc.policy, st.init.caller, st.init.key});
+  if (svc.policy.explain) st.journal = std::make_unique<run::RunJournal>(st.init.graph, svc.policy);
   self->set_error_handler([](error&) {});  // stray errors (a dead engine's) end nothing
   ++svc.counters->workflows_live;
   // However it ends, the root learns it (and frees the run's key if it still holds it).
@@ -263,9 +328,14 @@ behavior workflow_actor(Self self, WorkflowInit init) {
         carry_out(self, self->state.flow->landed(id, *l));
       },
       [=](std::uint64_t) {},  // an engine handle (canonical requests are not cancelled here)
-      [=](announce_atom, const Hash128& name, std::uint64_t fill) {
+      [=](announce_atom, const Hash128& name, std::uint64_t fill, const FillRenderPtr& render) {
+        if (render && self->state.journal) self->state.journal->rendered(*render);
         carry_out(self, self->state.flow->fill_started(name, fill));
       },
+      [=](bnote_atom, const BranchNotePtr& note) {
+        if (self->state.journal) self->state.journal->branch(*note);
+      },
+      [=](explain_atom) { return explanation(self, true); },
       [=](fend_atom, const Hash128& name, std::uint64_t fill, bool stored) {
         carry_out(self, self->state.flow->fill_ended(name, fill, stored));
       },

@@ -32,6 +32,8 @@ struct RigOptions {
   // The runtime's engine, given the simulated one: a test's wrapper around it, or itself.
   std::function<std::shared_ptr<engines::Engine>(std::shared_ptr<engines::Engine>)> wrap_engine =
       nullptr;
+  // Last word on the runtime's configuration (admission policy, journals, ...).
+  std::function<void(RuntimeConfig&)> configure = nullptr;
 };
 
 struct Rig {
@@ -66,6 +68,7 @@ struct Rig {
     cfg.private_fills = o.private_fills;
     cfg.emission = o.emission;
     cfg.time = time;
+    if (o.configure) o.configure(cfg);
     auto rt = Runtime::create(cfg);
     EXPECT_TRUE(rt.ok()) << (rt.ok() ? "" : rt.error().message);
     runtime = std::move(*rt);
