@@ -10,6 +10,9 @@
 #include "gateway/server.hpp"
 #include "gateway/tls.hpp"
 
+#include <spdlog/async.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
 #include <boost/asio/ip/address.hpp>
 
@@ -20,6 +23,7 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <mutex>
 #include <optional>
 #include <sstream>
 
@@ -73,6 +77,10 @@ struct ServeOptions {
   std::string keys_file;                   // --keys
   bool auth_in_config = false;             // the --config file has an `auth` section
   bool insecure_no_auth = false;
+  std::string log_level = "info";   // debug: a line per near miss
+  std::string log_format = "text";  // or json (one object per line)
+  std::size_t explain_runs = 1000;  // ended runs `dynrt explain` can still read
+  int explain_keep_s = 600;         // ... and for how long
 };
 
 // "qwen3-32b,qwen3-0.6b=http://vllm:8000", "http://vllm:8000" or "sim".
@@ -169,6 +177,14 @@ bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) 
     if (const auto s = root["shared_stages"]; s && !given("--share-stage"))
       for (const auto& n : s)
         o.shared_stages.push_back(n.as<std::string>());
+    if (const auto l = root["log"]) {
+      if (l["level"] && !given("--log-level")) o.log_level = l["level"].as<std::string>();
+      if (l["format"] && !given("--log-format")) o.log_format = l["format"].as<std::string>();
+    }
+    if (const auto e = root["explain"]) {
+      if (e["runs"] && !given("--explain-runs")) o.explain_runs = e["runs"].as<std::size_t>();
+      if (e["keep_s"] && !given("--explain-keep-s")) o.explain_keep_s = e["keep_s"].as<int>();
+    }
     if (root["threads"] && !given("--threads")) o.threads = root["threads"].as<int>();
     if (root["io_threads"] && !given("--io-threads")) o.io_threads = root["io_threads"].as<int>();
   } catch (const YAML::Exception& e) {
@@ -232,6 +248,54 @@ std::string summary(const dsl::TemplateGraph& g) {
     out << ", decision " << d.name << " (" << dsl::to_string(d.promotion) << ", "
         << dsl::to_string(d.candidates.kind) << " candidates)";
   return out.str();
+}
+
+// The serve log: spdlog's asynchronous logger on stderr, so that a line logged from an actor's
+// thread never waits on the terminal (a full queue drops the oldest line instead).
+Expected<std::shared_ptr<spdlog::logger>> make_logger(const ServeOptions& o) {
+  const auto level = spdlog::level::from_str(o.log_level);
+  if (o.log_level != "off" && level == spdlog::level::off)
+    return make_error("--log-level must be debug, info, warn, error or off");
+  if (o.log_format != "text" && o.log_format != "json")
+    return make_error("--log-format must be text or json");
+  static std::once_flag pool;
+  std::call_once(pool, [] { spdlog::init_thread_pool(8192, 1); });
+  auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+  auto logger = std::make_shared<spdlog::async_logger>(
+      "dynrt", sink, spdlog::thread_pool(), spdlog::async_overflow_policy::overrun_oldest);
+  logger->set_level(level);
+  // JSON lines carry their own time and level (log_near_miss); text lines get a prefix.
+  if (o.log_format == "json")
+    logger->set_pattern("%v");
+  else
+    logger->set_pattern("%Y-%m-%dT%H:%M:%S.%eZ %l %v", spdlog::pattern_time_type::utc);
+  return std::shared_ptr<spdlog::logger>(std::move(logger));
+}
+
+// One line per near miss: what `dynrt explain` says of the call.
+void log_near_miss(spdlog::logger& log, const nlohmann::json& miss, bool json_format) {
+  const auto& call = miss["call"];
+  const auto& why = call["why"];
+  if (json_format) {
+    const auto now = std::chrono::system_clock::now();
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+    nlohmann::json line = {{"ts_ms", ms}, {"level", "debug"}, {"msg", "near miss"}};
+    line.update(miss);
+    log.debug(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    return;
+  }
+  std::string text = "near miss: " + miss.value("workflow", "") + "/" + miss.value("id", "") +
+                     " #" + std::to_string(call.value("seq", 0)) + " " + call.value("stage", "") +
+                     ": " + why.value("reason", "") + ": " + why.value("detail", "");
+  for (const char* key : {"diff", "template_diff"})
+    if (why.contains(key))
+      for (const auto& d : why[key]) {
+        text += std::string("; ") + d.value("path", "") + " expected " +
+                (d.contains("expected") ? d["expected"].dump() : "(absent)") + " sent " +
+                (d.contains("sent") ? d["sent"].dump() : "(absent)");
+      }
+  log.debug(text);
 }
 
 int serve(ServeOptions o, const CLI::App& cmd) {
@@ -309,6 +373,15 @@ int serve(ServeOptions o, const CLI::App& cmd) {
   config.workflow_idle = std::chrono::milliseconds(o.workflow_idle_ms);
   config.max_live_runs = o.max_live_runs;
   config.shared_stages = o.shared_stages;
+  config.explain_runs = o.explain_runs;
+  config.explain_keep = std::chrono::seconds(o.explain_keep_s);
+  auto logger = make_logger(o);
+  if (!logger) return kExitUsage;
+  if ((*logger)->should_log(spdlog::level::debug))
+    config.on_near_miss = [logger = *logger,
+                           json_format = o.log_format == "json"](const nlohmann::json& miss) {
+      log_near_miss(*logger, miss, json_format);
+    };
   std::vector<std::string> models;
   const engines::SimSpec sim{o.sim_slots, o.time_scale, o.script, o.sim_profile,
                              o.interference_scale};
@@ -418,6 +491,7 @@ int serve(ServeOptions o, const CLI::App& cmd) {
   std::fprintf(stderr, "dynrt serve: stopping\n");
   gw->stop(std::chrono::milliseconds(o.shutdown_grace_ms));
   (*runtime)->shutdown();
+  (*logger)->flush();
   return kExitOk;
 }
 
@@ -518,6 +592,24 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
                   "Workflow runs kept at most; a new run beyond it drops the least recently "
                   "active one (which loses its speculation, never a result)")
       ->check(CLI::Range(1, 100'000'000))
+      ->capture_default_str();
+  cmd->add_option("--log-level", o->log_level,
+                  "debug, info, warn, error or off; debug logs a line for each near miss (a call "
+                  "a fill or the library might have served, with why it did not: see dynrt "
+                  "explain)")
+      ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--log-format", o->log_format, "text, or json (one object per line)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  cmd->add_option("--explain-runs", o->explain_runs,
+                  "Ended workflow runs whose journal `dynrt explain` can still read (0: keep no "
+                  "journals)")
+      ->check(CLI::Range(0, 1'000'000))
+      ->capture_default_str();
+  cmd->add_option("--explain-keep-s", o->explain_keep_s,
+                  "Seconds an ended run's journal stays readable")
+      ->check(CLI::Range(1, 604'800))
       ->capture_default_str();
   cmd->add_option("--shutdown-grace-ms", o->shutdown_grace_ms,
                   "On SIGINT/SIGTERM, how long calls in flight may finish before they are "

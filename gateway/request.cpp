@@ -1,7 +1,9 @@
 #include "gateway/request.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <utility>
 
 namespace dynrt::gateway {
@@ -244,6 +246,83 @@ ParsedWrites parse_writes(std::string_view body) {
     out.keys.push_back(std::move(k.get_ref<std::string&>()));
   }
   return out;
+}
+
+namespace {
+
+// %XX decoded (and nothing else: '+' stays '+', as in a path); nullopt when malformed or when
+// the result is not UTF-8 or holds a control character.
+std::optional<std::string> percent_decode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  const auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out += s[i];
+      continue;
+    }
+    if (i + 2 >= s.size()) return std::nullopt;
+    const int hi = hex(s[i + 1]), lo = hex(s[i + 2]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  if (!valid_utf8(out)) return std::nullopt;
+  for (const unsigned char c : out)
+    if (c < 0x20 || c == 0x7f) return std::nullopt;
+  return out;
+}
+
+}  // namespace
+
+ParsedRunQuery parse_run_query(std::string_view target) {
+  ParsedRunQuery q;
+  const auto qmark = target.find('?');
+  const auto path = target.substr(0, qmark);
+  const auto query =
+      qmark == std::string_view::npos ? std::string_view() : target.substr(qmark + 1);
+  auto id = percent_decode(path.substr(std::min(path.size(), kRunsPrefix.size())));
+  if (!id || id->empty() || id->size() > kMaxTagBytes) {
+    q.invalid = {"the workflow id in the path must be 1 to " + std::to_string(kMaxTagBytes) +
+                     " bytes of percent-encoded UTF-8 without control characters",
+                 "workflow_id"};
+    return q;
+  }
+  q.id = std::move(*id);
+  std::size_t at = 0;
+  while (at < query.size()) {
+    auto end = query.find('&', at);
+    if (end == std::string_view::npos) end = query.size();
+    const auto pair = query.substr(at, end - at);
+    at = end + 1;
+    if (pair.empty()) continue;
+    const auto eq = pair.find('=');
+    const auto name = pair.substr(0, eq);
+    auto value =
+        percent_decode(eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1));
+    if (name != "workflow" && name != "tenant") {
+      q.invalid = {"unknown query parameter '" + std::string(name) +
+                       "' (this route takes workflow and tenant)",
+                   std::string(name)};
+      return q;
+    }
+    if (!value || value->size() > kMaxTagBytes) {
+      q.invalid = {"query parameter " + std::string(name) + " is malformed", std::string(name)};
+      return q;
+    }
+    if (name == "workflow") {
+      q.workflow = std::move(*value);
+    } else {
+      q.tenant = std::move(*value);
+      q.tenant_given = true;
+    }
+  }
+  return q;
 }
 
 bool valid_utf8(std::string_view text) {

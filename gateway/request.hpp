@@ -25,6 +25,7 @@ namespace dynrt::gateway {
 inline constexpr std::size_t kMaxJsonDepth = 256;  // arrays and objects nested in a body
 inline constexpr std::size_t kMaxTagBytes = 256;   // one X-DynRT-* header value
 inline constexpr std::string_view kToolsPrefix = "/v1/dynrt/tools/";
+inline constexpr std::string_view kRunsPrefix = "/v1/dynrt/runs/";
 
 // Why a request was refused; always answered 400.
 struct Invalid {
@@ -60,6 +61,18 @@ struct ParsedWrites {
 
 // POST /v1/dynrt/writes: {"keys": ["record key", ...]}.
 ParsedWrites parse_writes(std::string_view body);
+
+// GET /v1/dynrt/runs/{workflow_id}[?workflow=NAME][&tenant=NAME] (`dynrt explain`).
+struct ParsedRunQuery {
+  std::string id;
+  std::string workflow;  // empty: every workflow
+  std::string tenant;    // as asked; only an admin key may ask for another tenant's runs
+  bool tenant_given = false;
+  Invalid invalid;
+  bool ok() const { return invalid.message.empty(); }
+};
+// `target` is the whole request target (path and query), percent-encoded.
+ParsedRunQuery parse_run_query(std::string_view target);
 
 // True when `text` is well-formed UTF-8 (no overlong forms, surrogates or code points over
 // U+10FFFF).

@@ -106,6 +106,8 @@ class Session final : public HttpConnection {
     if (path.rfind(kToolsPrefix, 0) == 0 && path.size() > kToolsPrefix.size())
       return post ? completion(path) : not_allowed();
     if (path == "/v1/dynrt/writes") return post ? writes() : not_allowed();
+    if (path.rfind(kRunsPrefix, 0) == 0 && path.size() > kRunsPrefix.size())
+      return get ? runs(target) : not_allowed();
     respond_error(Status::not_found, "no route for " + path);
   }
 
@@ -191,6 +193,39 @@ class Session final : public HttpConnection {
           });
         },
         std::move(scope));
+  }
+
+  // `dynrt explain`: a run's journal. A key reads its own tenant's runs; an admin key (or any
+  // caller when no keys are configured) may name another tenant with ?tenant=.
+  void runs(const std::string& target) {
+    ParsedRunQuery q = parse_run_query(target);
+    if (!q.ok()) return invalid(q.invalid);
+    if (q.tenant_given && !admin_ && q.tenant != caller_.tenant)
+      return respond(Status::forbidden,
+                     engines::openai_error_body("only an admin key may read another tenant's runs",
+                                                "permission_error", 403),
+                     "application/json");
+    const std::string tenant = q.tenant_given ? q.tenant : caller_.tenant;
+    gw_.runtime.explain(
+        q.id,
+        [self = shared(), id = q.id](std::vector<json> found) {
+          self->post([self, id, found = std::move(found)]() mutable {
+            if (found.empty())
+              return self->respond(
+                  Status::not_found,
+                  engines::openai_error_body(
+                      "no workflow run with id '" + id +
+                          "' is known: it never ran, ran under another tenant or workflow, or "
+                          "ended longer ago than runs are kept",
+                      "not_found_error", 404),
+                  "application/json");
+            self->respond(Status::ok,
+                          json{{"object", "list"}, {"data", std::move(found)}}.dump(
+                              -1, ' ', false, json::error_handler_t::replace),
+                          "application/json");
+          });
+        },
+        q.workflow, tenant);
   }
 
   void models() {

@@ -21,9 +21,8 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 
-from checks import check, launch, stop, summary
+from checks import Output, check, launch, stop, summary
 
 DYNRT = sys.argv[1]
 KEYS = {"acme-1": "sk-acme-one-7f3a", "acme-2": "sk-acme-two-91bc", "beta-1": "sk-beta-one-2d44",
@@ -69,25 +68,6 @@ def key_file(path, names, broken=False):
         lines.append("  - {name: torn, key_sha256: 12ab, tenant: t, scopes: [infer]}")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
-
-
-class Output:
-    """A stream of the server's, read by a thread (a pipe must not block the checks)."""
-
-    def __init__(self, stream):
-        self.text, self.cond = "", threading.Condition()
-        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
-
-    def _read(self, stream):
-        for line in stream:
-            with self.cond:
-                self.text += line
-                self.cond.notify_all()
-
-    def wait_for(self, needle, seconds=30):
-        with self.cond:
-            found = self.cond.wait_for(lambda: needle in self.text, seconds)
-        check(found, "dynrt serve printed %r (got %r)" % (needle, self.text[-400:]))
 
 
 ROUTER = {"model": "qwen3-32b", "temperature": 0, "max_tokens": 8,

@@ -3,6 +3,7 @@
 import re
 import signal
 import subprocess
+import threading
 
 FAILURES = []
 
@@ -44,3 +45,23 @@ def summary(name):
         return 1
     print("%s: all checks passed" % name)
     return 0
+
+
+class Output:
+    """A stream of the server's, read by a thread (a pipe must not block the checks)."""
+
+    def __init__(self, stream):
+        self.text, self.cond = "", threading.Condition()
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream):
+        for line in stream:
+            with self.cond:
+                self.text += line
+                self.cond.notify_all()
+
+    def wait_for(self, needle, seconds=30):
+        with self.cond:
+            found = self.cond.wait_for(lambda: needle in self.text, seconds)
+        check(found, "dynrt serve printed %r (got %r)" % (needle, self.text[-400:]))
+        return found

@@ -128,5 +128,30 @@ TEST(ValidUtf8, RefusesEveryIllFormedSequence) {
   EXPECT_FALSE(valid_utf8("\xff"));
 }
 
+TEST(RunQuery, ReadsTheIdAndItsFilters) {
+  auto q = parse_run_query("/v1/dynrt/runs/ticket-1");
+  ASSERT_TRUE(q.ok()) << q.invalid.message;
+  EXPECT_EQ(q.id, "ticket-1");
+  EXPECT_TRUE(q.workflow.empty());
+  EXPECT_FALSE(q.tenant_given);
+  q = parse_run_query("/v1/dynrt/runs/a%2Fb%20c?workflow=triage&tenant=acme");
+  ASSERT_TRUE(q.ok()) << q.invalid.message;
+  EXPECT_EQ(q.id, "a/b c");
+  EXPECT_EQ(q.workflow, "triage");
+  EXPECT_EQ(q.tenant, "acme");
+  EXPECT_TRUE(q.tenant_given);
+  EXPECT_EQ(parse_run_query("/v1/dynrt/runs/x?tenant=").tenant, "");  // the default tenant
+}
+
+TEST(RunQuery, RefusesWhatItCannotRead) {
+  EXPECT_EQ(parse_run_query("/v1/dynrt/runs/x?colour=red").invalid.param, "colour");
+  EXPECT_FALSE(parse_run_query("/v1/dynrt/runs/%zz").ok());
+  EXPECT_FALSE(parse_run_query("/v1/dynrt/runs/%4").ok());
+  EXPECT_FALSE(parse_run_query("/v1/dynrt/runs/a%0Ab").ok());   // a control character
+  EXPECT_FALSE(parse_run_query("/v1/dynrt/runs/%C0%AF").ok());  // not UTF-8
+  EXPECT_FALSE(parse_run_query("/v1/dynrt/runs/" + std::string(300, 'x')).ok());
+  EXPECT_FALSE(parse_run_query("/v1/dynrt/runs/x?workflow=%").ok());
+}
+
 }  // namespace
 }  // namespace dynrt::gateway
