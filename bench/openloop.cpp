@@ -420,6 +420,7 @@ CellResult run_cell(const CellContext& cx) {
   cfg.stepped = true;
   cfg.time = time;
   cfg.threads = 1;
+  cfg.explain_runs = 0;  // nobody reads a cell's run journals
   auto created = Runtime::create(cfg);
   if (!created.ok()) {
     res.first_failure = created.error().message;
