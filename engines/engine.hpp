@@ -23,7 +23,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -139,6 +141,12 @@ class Engine {
   virtual void cancel(RequestHandle handle) = 0;
   virtual LoadSnapshot load() const = 0;
   virtual std::string name() const = 0;
+  // The models it serves as its GET /v1/models lists them (a JSON array of objects, each with a
+  // string "id"), given to `done` once, from any thread; nullopt when it cannot say (no such
+  // endpoint, an error, a timeout). Never blocks. An engine that knows no names: nullopt.
+  virtual void list_models(std::function<void(std::optional<nlohmann::json>)> done) {
+    done(std::nullopt);
+  }
 };
 
 // Reads "stream": true from a request body.

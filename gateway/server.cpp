@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <utility>
 
 namespace dynrt::gateway {
@@ -33,6 +35,44 @@ bool header_value_ok(std::string_view v) {
          std::all_of(v.begin(), v.end(), [](char c) { return c == ' ' || (c > 0x20 && c < 0x7f); });
 }
 
+// GET /v1/models: the engines' own lists merged with the names the configuration maps to them,
+// fetched at most once per kModelsFresh and shared by every caller meanwhile.
+constexpr auto kModelsFresh = std::chrono::seconds(5);
+
+struct ModelCache {
+  std::mutex mutex;
+  std::optional<json> data;
+  std::chrono::steady_clock::time_point at{};
+};
+
+json model_entry(const std::string& id) {
+  return {{"id", id}, {"object", "model"}, {"created", 0}, {"owned_by", "dynrt"}};
+}
+
+// Each engine's list in configuration order, then the names mapped to it, then `extra`; each id
+// once (the first entry for it wins: an engine's own says more than a configured name).
+json merge_models(const std::vector<EngineBinding>& engines,
+                  const std::vector<std::optional<json>>& fetched,
+                  const std::vector<std::string>& extra) {
+  json out = json::array();
+  std::set<std::string> seen;
+  const auto add = [&](json m) {
+    if (!seen.insert(m["id"].get<std::string>()).second) return;
+    if (!m.contains("object")) m["object"] = "model";
+    out.push_back(std::move(m));
+  };
+  for (std::size_t i = 0; i < engines.size(); ++i) {
+    if (i < fetched.size() && fetched[i])
+      for (const auto& m : *fetched[i])
+        add(m);
+    for (const auto& name : engines[i].models)
+      add(model_entry(name));
+  }
+  for (const auto& name : extra)
+    add(model_entry(name));
+  return out;
+}
+
 }  // namespace
 
 struct Gateway::Impl {
@@ -47,6 +87,7 @@ struct Gateway::Impl {
     std::atomic<std::uint64_t> unauthenticated{0}, forbidden{0}, rate_limited{0};
   } refused;
 
+  std::shared_ptr<ModelCache> models = std::make_shared<ModelCache>();
   engines::ActiveCalls active;             // calls in flight, cancelled when the gateway stops
   std::unique_ptr<HttpListener> listener;  // last: its connections refer to the rest
 
@@ -229,10 +270,48 @@ class Session final : public HttpConnection {
   }
 
   void models() {
-    json data = json::array();
-    for (const auto& m : gw_.options.models)
-      data.push_back({{"id", m}, {"object", "model"}, {"created", 0}, {"owned_by", "dynrt"}});
-    respond(Status::ok, json{{"object", "list"}, {"data", data}}.dump(), "application/json");
+    const auto cache = gw_.models;
+    {
+      std::lock_guard lock(cache->mutex);
+      if (cache->data && std::chrono::steady_clock::now() - cache->at < kModelsFresh)
+        return respond(Status::ok, json{{"object", "list"}, {"data", *cache->data}}.dump(),
+                       "application/json");
+    }
+    // Ask every engine; the last answer (each comes once, on an engine's thread, within its
+    // timeout) merges them and answers on this connection's own thread.
+    const auto& engines = gw_.runtime.config().engines;
+    struct Gathering {
+      std::mutex mutex;
+      std::vector<std::optional<json>> fetched;
+      std::size_t remaining = 0;
+    };
+    auto g = std::make_shared<Gathering>();
+    g->fetched.resize(engines.size());
+    g->remaining = engines.size();
+    const auto hold = std::make_shared<Hold>(context(), shared());
+    auto finish = [hold, g, cache, engines, extra = gw_.options.models] {
+      auto data = merge_models(engines, g->fetched, extra);
+      {
+        std::lock_guard lock(cache->mutex);
+        cache->data = data;
+        cache->at = std::chrono::steady_clock::now();
+      }
+      hold->self->post([self = hold->self, data = std::move(data)] {
+        self->respond(Status::ok, json{{"object", "list"}, {"data", data}}.dump(),
+                      "application/json");
+      });
+    };
+    if (engines.empty()) return finish();
+    for (std::size_t i = 0; i < engines.size(); ++i)
+      engines[i].engine->list_models([g, i, finish](std::optional<json> listed) {
+        bool last = false;
+        {
+          std::lock_guard lock(g->mutex);
+          g->fetched[i] = std::move(listed);
+          last = --g->remaining == 0;
+        }
+        if (last) finish();
+      });
   }
 
   // -- one call through the runtime -----------------------------------------------------------

@@ -225,6 +225,49 @@ class OpenAiEngine::Scrape final : public HttpHandler {
   std::string body_;
 };
 
+namespace {
+
+// One GET /v1/models: the `data` array of an OpenAI-style list, its entries with a string id.
+class ModelList final : public HttpHandler {
+ public:
+  explicit ModelList(std::function<void(std::optional<nlohmann::json>)> done)
+      : done_(std::move(done)) {}
+  void on_status(int status) override { status_ = status; }
+  bool on_data(std::string_view bytes) override {
+    body_.append(bytes);
+    return true;
+  }
+  void on_done(const HttpOutcome& outcome) override {
+    if (outcome.kind != HttpOutcome::Kind::ok || status_ != 200) return done_(std::nullopt);
+    const auto doc = nlohmann::json::parse(body_, nullptr, false);
+    if (doc.is_discarded() || !doc.is_object() || !doc.contains("data") || !doc["data"].is_array())
+      return done_(std::nullopt);
+    auto models = nlohmann::json::array();
+    for (const auto& m : doc["data"])
+      if (m.is_object() && m.contains("id") && m["id"].is_string()) models.push_back(m);
+    done_(std::move(models));
+  }
+
+ private:
+  std::function<void(std::optional<nlohmann::json>)> done_;
+  int status_ = 0;
+  std::string body_;
+};
+
+}  // namespace
+
+void OpenAiEngine::list_models(std::function<void(std::optional<nlohmann::json>)> done) {
+  HttpCall call;
+  call.method = "GET";
+  call.url = options_.base_url + "/v1/models";
+  if (!options_.api_key.empty())
+    call.headers.push_back("Authorization: Bearer " + options_.api_key);
+  call.connect_timeout = options_.connect_timeout;
+  call.total_timeout = std::chrono::seconds(10);
+  call.max_response_bytes = 4 << 20;
+  loop_->start(std::move(call), std::make_shared<ModelList>(std::move(done)));
+}
+
 OpenAiEngine::OpenAiEngine(OpenAiOptions options)
     : options_(std::move(options)),
       clock_(options_.clock ? options_.clock : std::make_shared<SteadyClock>()),

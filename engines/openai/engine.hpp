@@ -96,6 +96,8 @@ class OpenAiEngine final : public Engine {
   void cancel(RequestHandle handle) override;
   LoadSnapshot load() const override;
   std::string name() const override { return options_.name; }
+  // GET /v1/models on the engine (with its API key), within the connect timeout and 10 s.
+  void list_models(std::function<void(std::optional<nlohmann::json>)> done) override;
 
   EngineFlavor flavor() const;  // as configured, or as detected from the metrics
   // Completed scrapes of /metrics so far, and a wait for more (for tests and for callers that

@@ -140,7 +140,7 @@ def main():
         json.dump({"documents": [{"key": "api:" + h, "text": h + " API: ok"}
                                  for h in ("weather", "calendar", "email")],
                    "tools": {"call_api": "api:{{api}}"}}, f)
-    sim, sim_port = start([SIM, "--port", "0", "--time-scale", "10", "--script",
+    sim, sim_port = start([SIM, "--port", "0", "--model", "Qwen/Qwen3-32B", "--time-scale", "10", "--script",
                            os.path.join(tmp, "script.jsonl")], r":(\d+)")
     url = "qwen3-32b=http://127.0.0.1:%d" % sim_port
     common = ["templates", "--port", "0", "--engine", url, "--corpus",
@@ -295,8 +295,13 @@ def main():
         head = sock.recv(4096).decode(errors="replace")
         sock.close()
         check(head.startswith("HTTP/1.1 408"), "408 when the request does not arrive: " + head[:40])
+        # The engine's own list (its name for the model, with its fields), then the name the
+        # configuration maps to it.
         s, _, b = request(full_port, "GET", "/v1/models")
-        check(s == 200 and json.loads(b)["data"][0]["id"] == "qwen3-32b", "/v1/models lists the model")
+        ids = [m["id"] for m in json.loads(b)["data"]] if s == 200 else []
+        check(ids == ["Qwen/Qwen3-32B", "qwen3-32b"], "/v1/models lists the engine's and the mapped models: %s" % b[:300])
+        check(s == 200 and json.loads(b)["data"][0].get("owned_by") != "dynrt",
+              "the engine's entry is the engine's own: %s" % b[:300])
         check(metric(full_port, "dynrt_requests_total") > 0, "/metrics counts requests")
     finally:
         stop(full, floor)

@@ -165,6 +165,31 @@ TEST(OpenAiAdapter, EngineTimeIsTheAnsweringAttemptsWallTime) {
   EXPECT_LE(o.result->engine_time, waited);
 }
 
+// GET /v1/models on the engine: its own list, each entry as the engine gave it; an engine that
+// cannot be reached says nothing (nullopt), once.
+TEST(OpenAiAdapter, ListsTheEnginesModels) {
+  SimBackend backend;
+  OpenAiEngine adapter(options_for(backend.url()));
+  std::promise<std::optional<json>> listed;
+  adapter.list_models([&](std::optional<json> m) { listed.set_value(std::move(m)); });
+  auto f = listed.get_future();
+  ASSERT_EQ(f.wait_for(kWait), std::future_status::ready);
+  const auto models = f.get();
+  ASSERT_TRUE(models);
+  ASSERT_EQ(models->size(), 1u);
+  EXPECT_EQ((*models)[0]["id"], "sim");
+  EXPECT_EQ((*models)[0]["owned_by"], "dynrt-sim-engine");
+
+  auto o = options_for("http://127.0.0.1:1");  // nothing listens on port 1
+  o.connect_timeout = milliseconds(500);
+  OpenAiEngine nowhere(o);
+  std::promise<std::optional<json>> none;
+  nowhere.list_models([&](std::optional<json> m) { none.set_value(std::move(m)); });
+  auto g = none.get_future();
+  ASSERT_EQ(g.wait_for(kWait), std::future_status::ready);
+  EXPECT_FALSE(g.get());
+}
+
 TEST(OpenAiAdapter, CompletionsEndpointToo) {
   SimBackend backend;
   OpenAiEngine adapter(options_for(backend.url()));
