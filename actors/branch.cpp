@@ -3,6 +3,7 @@
 #include "actors/fill.hpp"
 #include "runtime/predictor.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 namespace dynrt::actors {
@@ -341,8 +342,18 @@ behavior branch_actor(Self self, BranchInitPtr init) {
         if (!st.branch->stored(fill, ref))
           self->send(st.init->services->csl, drop_atom::value, EntryRefs{ref});
       },
-      [=](fdone_atom, std::uint64_t fill, FillStatus status, std::int64_t engine_ns) {
+      [=](fdone_atom, std::uint64_t fill, FillStatus status, std::int64_t engine_ns,
+          std::int64_t unfinished_ns) {
         auto& st = self->state;
+        // Counted once, with the engine time the branch records (not for a fill it already
+        // wrote off when it settled early).
+        const bool recorded = std::any_of(
+            st.branch->fills().begin(), st.branch->fills().end(),
+            [&](const auto& f) { return f.id == fill && f.status == FillStatus::running; });
+        if (recorded)
+          st.init->services->counters->unfinished_us +=
+              std::chrono::duration_cast<std::chrono::microseconds>(Duration(unfinished_ns))
+                  .count();
         if (auto* c = noted(st, fill)) {
           c->status = status;
           report(self);
@@ -409,7 +420,6 @@ behavior branch_actor(Self self, BranchInitPtr init) {
         const auto& svc = *st.init->services;
         st.branch->demanded(consumed, saved_ms, wait_ms);
         if (const auto* w = st.branch->winner()) {
-          if (consumed) ++svc.counters->fills_consumed;
           if (st.gated_open && judged)
             self->send(svc.pricing, usable_atom::value, st.branch->id(),
                        static_cast<std::uint64_t>(w->rank), consumed,

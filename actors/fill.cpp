@@ -21,6 +21,11 @@ struct FillState {
   // ends (a cancel, its branch's or the graph's exit), so no fill outlives its actor on the
   // engine.
   std::shared_ptr<Cancellation> cancel = std::make_shared<Cancellation>();
+  // Engine time of requests that ended without a result (failed, or cancelled while running):
+  // no engine reports it, so it is the wall time on the graph's clock from the request's start,
+  // as a URL engine's own engine time is.
+  std::optional<TimePoint> executing_since;
+  Duration unfinished{0};
   static inline const char* name = "dynrt.fill";
 };
 
@@ -78,6 +83,7 @@ void carry_out(Self self, FillEffects fx) {
             exec->cancel = self->state.cancel;
             const auto executor = svc.executor_for(exec->endpoint, exec->body);
             if (!executor) return carry_out(self, self->state.chain->unroutable());
+            self->state.executing_since = svc.time->now();
             // Anonymous: the engine's handle is not needed (exec->cancel aborts the request).
             // The completion comes as (engdone_atom, tag, result).
             anon_send(executor, exec_atom::value, ExecPtr(exec));
@@ -97,8 +103,14 @@ void carry_out(Self self, FillEffects fx) {
             self->send(svc.pricing, cost_atom::value, e.sample);
           } else if constexpr (std::is_same_v<E, Finish>) {
             count_finished(*svc.counters, e.status);
+            auto& st = self->state;
+            if (st.executing_since) {  // cancelled while its request ran
+              st.unfinished += svc.time->now() - *st.executing_since;
+              st.executing_since.reset();
+            }
             self->send(init->branch_actor, fdone_atom::value, init->id, e.status,
-                       static_cast<std::int64_t>(e.engine_time.count()));
+                       static_cast<std::int64_t>((e.engine_time + st.unfinished).count()),
+                       static_cast<std::int64_t>(st.unfinished.count()));
           }
         },
         effect);
@@ -124,7 +136,12 @@ behavior fill_actor(Self self, FillInitPtr init) {
       [=](kickoff_atom) { carry_out(self, self->state.chain->start()); },
       [=](fcancel_atom) { carry_out(self, self->state.chain->cancel()); },
       [=](engdone_atom, std::uint64_t tag, const ExecResultPtr& r) {
-        carry_out(self, self->state.chain->executed(tag, *r));
+        auto& s = self->state;
+        if (s.executing_since && tag == s.chain->tag()) {
+          if (!r->ok) s.unfinished += s.init->services->time->now() - *s.executing_since;
+          s.executing_since.reset();
+        }
+        carry_out(self, s.chain->executed(tag, *r));
       },
   };
 }

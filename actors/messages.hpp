@@ -114,7 +114,9 @@ struct Counters {
       runs_expired{0}, fills_running{0}, runs_refused{0}, emissions{0}, fills_outrun{0},
       fills_emitted{0};
   std::atomic<std::uint64_t> next_id{1};  // branch and fill ids, unique in the process
-  std::atomic<std::int64_t> saved_us{0}, wasted_us{0};
+  // Engine time: of results served without execution, of fills nobody consumed, and (part of
+  // the latter) of fill requests that ended without a result (failed, or cancelled midway).
+  std::atomic<std::int64_t> saved_us{0}, wasted_us{0}, unfinished_us{0};
 };
 
 class StatsBoard;

@@ -135,7 +135,10 @@ struct RuntimeStats {
   std::uint64_t shadows_stored = 0;
   std::uint64_t shadows_discarded = 0;
   double engine_ms_saved = 0;   // engine time of results served without execution
-  double engine_ms_wasted = 0;  // engine time of fills nobody consumed
+  double engine_ms_wasted = 0;  // engine time of fills nobody consumed (with engine_ms_unfinished)
+  // ... of which: fill requests that ended without a result (cancelled midway or failed), as
+  // wall time from their start (no engine reports it)
+  double engine_ms_unfinished = 0;
   // writes
   std::uint64_t writes = 0;
   // library and admission

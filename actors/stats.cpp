@@ -30,7 +30,7 @@ constexpr std::array kCounters = {
     CounterSpec{&Counters::wait_timeouts, &RuntimeStats::wait_timeouts, "dynrt_wait_timeouts_total", "Demands whose wait passed its bound; they ran on the engine."},
     CounterSpec{&Counters::hedge_fills, &RuntimeStats::hedge_fills, "dynrt_wait_timeouts_fill_answered_total", "Demands past their wait's bound that the fill still answered first (their own run was cancelled)."},
     CounterSpec{&Counters::fills_issued, &RuntimeStats::fills_issued, "dynrt_fills_issued_total", "Fills admitted and started."},
-    CounterSpec{&Counters::fills_consumed, &RuntimeStats::fills_consumed, "dynrt_fills_consumed_total", "Fills whose result served the selected demand."},
+    CounterSpec{&Counters::fills_consumed, &RuntimeStats::fills_consumed, "dynrt_fills_consumed_total", "Fill results that served a call: one per stage of a fill's chain that was demanded."},
     CounterSpec{&Counters::fills_cancelled, &RuntimeStats::fills_cancelled, "dynrt_fills_cancelled_total", "Fills aborted (losers, unusable selections)."},
     CounterSpec{&Counters::emissions, &RuntimeStats::emissions, "dynrt_selections_emitted_total", "Selections read from a deciding stage's decode before it ended (resolve on emission)."},
     CounterSpec{&Counters::fills_outrun, &RuntimeStats::fills_outrun, "dynrt_fills_cancelled_on_emission_total", "Fills of other candidates stopped when the decider emitted its selection (also counted as cancelled)."},
@@ -62,7 +62,7 @@ struct DerivedSpec {
 
 constexpr std::array kDerived = {
     DerivedSpec{"dynrt_engine_saved_seconds_total", "counter", "Engine time of results served without execution.", [](const RuntimeStats& s) { return s.engine_ms_saved / 1000; }},
-    DerivedSpec{"dynrt_engine_wasted_seconds_total", "counter", "Engine time of fills nobody consumed.", [](const RuntimeStats& s) { return s.engine_ms_wasted / 1000; }},
+    DerivedSpec{"dynrt_engine_wasted_seconds_total", "counter", "Engine time of fills nobody consumed, including fill requests stopped midway (cancelled losers) and failed ones, measured as wall time on the engine.", [](const RuntimeStats& s) { return s.engine_ms_wasted / 1000; }},
     DerivedSpec{"dynrt_gate_branches_opened_total", "counter", "Generation gate (Action 0): opened.", [](const RuntimeStats& s) { return double(s.admission.branches_opened); }},
     DerivedSpec{"dynrt_gate_branches_closed_total", "counter", "Generation gate (Action 0): kept closed.", [](const RuntimeStats& s) { return double(s.admission.branches_closed); }},
     DerivedSpec{"dynrt_gate_fills_admitted_total", "counter", "Fill gate (Action 1): admitted.", [](const RuntimeStats& s) { return double(s.admission.fills_admitted); }},
@@ -90,6 +90,7 @@ void read_counters(const Counters& c, RuntimeStats& s) {
     s.*spec.stat = (c.*spec.live).load(std::memory_order_relaxed);
   s.engine_ms_saved = static_cast<double>(c.saved_us.load()) / 1000;
   s.engine_ms_wasted = static_cast<double>(c.wasted_us.load()) / 1000;
+  s.engine_ms_unfinished = static_cast<double>(c.unfinished_us.load()) / 1000;
 }
 
 void count_served(Counters& c, Served how) {

@@ -175,6 +175,8 @@ void answer(Self self, run::demand::Answer a) {
   if (it == st.demands.end()) return;
   const auto& svc = svc_of(self);
   count_served(*svc.counters, a.reply.served);
+  // Each stage a fill's result served counts, not only a branch's first (the one that judges it).
+  if (a.reply.served == Served::fill) ++svc.counters->fills_consumed;
   if (st.journal)
     if (const auto* stage = st.init.graph->stage(it->second->request.tags.stage)) {
       st.journal->answered(a.id, *stage, it->second->request.body, a.reply.served, a.reply.status,

@@ -585,8 +585,11 @@ CellResult run_cell(const CellContext& cx) {
   res.fills_consumed = static_cast<double>(st.fills_consumed) * per;
   res.fills_discarded = static_cast<double>(st.shadows_discarded + st.fills_cancelled) * per;
   res.speculative_engine_s = seconds(counters.background_busy) * per;
-  res.wasted_engine_s = std::min(res.speculative_engine_s,
-                                 (st.engine_ms_wasted / 1000.0 + seconds(counters.wasted)) * per);
+  // The simulated engine knows the slot time of each cancelled request exactly (from its
+  // admission, without the queue): it replaces the runtime's wall-time measure of them.
+  res.wasted_engine_s = std::min(
+      res.speculative_engine_s,
+      ((st.engine_ms_wasted - st.engine_ms_unfinished) / 1000.0 + seconds(counters.wasted)) * per);
   res.served_fill = static_cast<double>(st.served_fill) * per;
   res.waits = static_cast<double>(st.waits) * per;
   res.wait_timeouts = static_cast<double>(st.wait_timeouts) * per;

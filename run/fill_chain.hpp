@@ -118,6 +118,7 @@ class FillChain {
 
   bool finished() const { return finished_; }
   std::size_t step() const { return step_; }
+  std::uint64_t tag() const { return tag_; }  // the engine request out (Execute::tag)
 
  private:
   const dsl::Stage& stage() const { return config_.graph->stages[config_.chain[step_]]; }

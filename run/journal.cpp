@@ -161,6 +161,7 @@ void RunJournal::answered(std::uint64_t call, const dsl::Stage& stage, const jso
   c->status = status;
   c->latency_ms = std::max(0.0, at_ms - c->at_ms);
   c->waited_ms = trace.waited_ms;
+  c->waited = trace.waited_fill;
   if (served == Served::engine) c->why = explain(stage, body, trace, vars);
 }
 
@@ -366,7 +367,7 @@ json RunJournal::to_json() const {
       e["served"] = std::string(to_string(*c.served));
       if (c.status != 0) e["status"] = c.status;
       e["latency_ms"] = c.latency_ms;
-      if (c.waited_ms > 0) e["waited_ms"] = c.waited_ms;
+      if (c.waited) e["waited_for_fill_ms"] = c.waited_ms;
     } else {
       e["served"] = nullptr;  // not answered yet
     }

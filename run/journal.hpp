@@ -159,6 +159,7 @@ class RunJournal {
     double at_ms = 0;
     double latency_ms = 0;
     double waited_ms = 0;
+    bool waited = false;  // it waited for a fill computing it
     std::optional<Why> why;
   };
   const Call* call(std::uint64_t call) const;

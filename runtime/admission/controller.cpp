@@ -425,6 +425,7 @@ void Controller::release(ReservationId reservation) {
   if (it == reservations_.end()) return;
   --fills_in_flight_;
   kv_reserved_ = std::max(0.0, kv_reserved_ - it->second.kv_share);
+  if (fills_in_flight_ == 0) kv_reserved_ = 0;  // no residue of rounding once none is held
   if (const auto acc = accounts_.find(it->second.tenant); acc != accounts_.end()) {
     acc->second.kv_share = std::max(0.0, acc->second.kv_share - it->second.kv_share);
     if (--acc->second.fills <= 0) accounts_.erase(acc);

@@ -303,6 +303,14 @@ def main():
         check(s == 200 and json.loads(b)["data"][0].get("owned_by") != "dynrt",
               "the engine's entry is the engine's own: %s" % b[:300])
         check(metric(full_port, "dynrt_requests_total") > 0, "/metrics counts requests")
+        # Engine time saved is the engine's wall time for each answer served without it (the
+        # adapter's measure for a URL engine), and each stage served by a fill counts as consumed.
+        served_fill = metric(full_port, 'dynrt_requests_total{served="fill"}')
+        saved = metric(full_port, "dynrt_engine_saved_seconds_total")
+        check(saved > 0.05 * served_fill and served_fill > 0,
+              "engine time saved is counted for a URL engine: %.3f s for %d fill answers" % (saved, served_fill))
+        check(metric(full_port, "dynrt_fills_consumed_total") == served_fill,
+              "every fill answer is a consumed fill: %d vs %d" % (metric(full_port, "dynrt_fills_consumed_total"), served_fill))
     finally:
         stop(full, floor)
         sim.send_signal(signal.SIGTERM)

@@ -574,6 +574,14 @@ TEST_F(AuthGateway, WithoutAValidKeyEveryRouteButHealthIs401AndNothingRuns) {
   const RuntimeStats s = runtime_->stats();
   EXPECT_EQ(s.requests, 0u) << "a refused request reached the runtime (and the engine's key)";
   EXPECT_EQ(s.writes, 0u);
+  // Four wrong keys on four routes; nothing else was refused.
+  const std::string metrics = body_of(get("/metrics", bearer("sk-scrape")));
+  EXPECT_NE(metrics.find("dynrt_auth_refused_total{reason=\"unauthenticated\"} 16\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("dynrt_auth_refused_total{reason=\"forbidden\"} 0\n"), std::string::npos);
+  EXPECT_NE(metrics.find("dynrt_auth_refused_total{reason=\"rate_limited\"} 0\n"),
+            std::string::npos);
 }
 
 TEST_F(AuthGateway, AKeyWithoutTheRoutesScopeIs403) {
@@ -586,6 +594,11 @@ TEST_F(AuthGateway, AKeyWithoutTheRoutesScopeIs403) {
   EXPECT_EQ(status_of(get("/metrics", bearer("sk-ops"))), 200) << "admin has every scope";
   EXPECT_EQ(status_of(get("/v1/models", bearer("sk-acme-1"))), 200);
   EXPECT_EQ(runtime_->stats().requests, 0u);
+  const std::string metrics = body_of(get("/metrics", bearer("sk-scrape")));
+  EXPECT_NE(metrics.find("dynrt_auth_refused_total{reason=\"forbidden\"} 3\n"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("dynrt_auth_refused_total{reason=\"unauthenticated\"} 0\n"),
+            std::string::npos);
 }
 
 TEST_F(AuthGateway, TenantsAreServedOnlyTheirOwnResults) {
