@@ -61,7 +61,8 @@ run::Policy policy_of(const RuntimeConfig& cfg) {
                      .private_fills = cfg.private_fills,
                      .emission = cfg.emission,
                      .explain = cfg.explain_runs > 0,
-                     .settle_after = cfg.settle_after};
+                     .settle_after = cfg.settle_after,
+                     .tools = cfg.tool_records};
 }
 
 // At most this many idle checks per sweep, and sweeps this far apart while runs are due: a mass

@@ -25,6 +25,7 @@
 #include "engines/engine.hpp"
 #include "engines/tools/tool.hpp"
 #include "run/call.hpp"
+#include "run/stage.hpp"
 #include "runtime/admission/controller.hpp"
 #include "runtime/admission/cost_model.hpp"
 #include "runtime/csl/store.hpp"
@@ -36,6 +37,7 @@
 #include <chrono>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -56,8 +58,12 @@ struct EngineBinding {
 };
 
 struct RuntimeConfig {
-  std::vector<EngineBinding> engines;                               // at least one
-  std::shared_ptr<engines::ToolEngine> tools;                       // tool stages and tool() calls
+  std::vector<EngineBinding> engines;          // at least one
+  std::shared_ptr<engines::ToolEngine> tools;  // tool stages and tool() calls
+  // The records configured tools read and write, as key templates over a call's arguments (a
+  // tagged call's are snapshotted and invalidated as a stage's `reads` and `writes` are; an
+  // untagged call to a tool that writes is refused: nothing would invalidate what it wrote).
+  std::map<std::string, run::ToolRecords, std::less<>> tool_records;
   std::vector<std::string> template_paths;                          // files or folders, linted
   std::vector<std::pair<std::string, std::string>> template_texts;  // (name, YAML) in memory
   // Stages whose results serve every tenant, as if their template said `share: global`

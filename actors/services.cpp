@@ -131,6 +131,15 @@ void forward(const Services& svc, const Request& request, std::shared_ptr<ReplyS
       return;
     }
     case engines::Router::Route::Kind::tool: {
+      const auto name = engines::tool_name(request.endpoint);
+      if (const auto t = svc.policy.tools.find(name);
+          t != svc.policy.tools.end() && !t->second.writes.empty()) {
+        sink->done(error_reply(400, "invalid_request_error",
+                               "tool '" + std::string(name) +
+                                   "' writes records: call it as a tagged stage of a workflow, "
+                                   "so that what it writes is invalidated"));
+        return;
+      }
       // Through the tools' actor: a tool may run inline, and the caller may be an I/O thread.
       auto exec = std::make_shared<Exec>();
       exec->endpoint = request.endpoint;

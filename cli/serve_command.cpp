@@ -7,6 +7,7 @@
 #include "engines/factory.hpp"
 #include "engines/sim/profiles.hpp"
 #include "engines/tools/corpus.hpp"
+#include "engines/tools/http_tool.hpp"
 #include "gateway/server.hpp"
 #include "gateway/tls.hpp"
 
@@ -22,9 +23,12 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 
 namespace dynrt::cli {
@@ -77,8 +81,10 @@ struct ServeOptions {
   std::string keys_file;                   // --keys
   bool auth_in_config = false;             // the --config file has an `auth` section
   bool insecure_no_auth = false;
-  std::string log_level = "info";   // debug: a line per near miss
-  std::string log_format = "text";  // or json (one object per line)
+  std::string log_level = "info";                 // debug: a line per near miss
+  std::string log_format = "text";                // or json (one object per line)
+  std::vector<engines::HttpToolSpec> http_tools;  // tools.NAME: {url, ...}
+  std::map<std::string, run::ToolRecords, std::less<>> tool_records;
   std::size_t explain_runs = 1000;  // ended runs `dynrt explain` can still read
   int explain_keep_s = 600;         // ... and for how long
 };
@@ -96,6 +102,95 @@ engines::EngineSpec parse_engine_flag(const std::string& flag) {
     e.url = flag;
   }
   return e;
+}
+
+// The HTTP tools under `tools:` (every key but `corpus` and `allow_hosts`), each checked
+// against `tools.allow_hosts`. Errors name the file, the position and the key.
+bool load_http_tools(const std::string& path, const YAML::Node& t, ServeOptions& o) {
+  const auto fail = [&](const YAML::Node& at, const std::string& what) {
+    const auto mark = at.Mark();
+    std::cerr << "dynrt serve: " << path << ":" << mark.line + 1 << ":" << mark.column + 1 << ": "
+              << what << "\n";
+    return false;
+  };
+  std::vector<std::string> allow;
+  if (const auto a = t["allow_hosts"]) {
+    if (!a.IsSequence()) return fail(a, "tools.allow_hosts must be a list of hosts");
+    for (const auto& h : a)
+      allow.push_back(h.as<std::string>());
+  }
+  if (!t.IsMap()) return fail(t, "tools must be a map");
+  for (const auto& entry : t) {
+    const auto name = entry.first.as<std::string>();
+    if (name == "corpus" || name == "allow_hosts") continue;
+    const auto& d = entry.second;
+    if (!d.IsMap() || !d["url"])
+      return fail(entry.first, "tool " + name + " needs a url (tools.NAME: {url, method, ...})");
+    for (const auto& key : d) {
+      static const std::set<std::string> known = {"url",         "method",     "headers",
+                                                  "headers_env", "timeout_ms", "max_response_bytes",
+                                                  "reads",       "writes"};
+      if (!known.count(key.first.as<std::string>()))
+        return fail(key.first, "tool " + name + ": unknown key '" + key.first.as<std::string>() +
+                                   "' (url, method, headers, headers_env, timeout_ms, "
+                                   "max_response_bytes, reads, writes)");
+    }
+    engines::HttpToolSpec spec;
+    spec.name = name;
+    spec.url = d["url"].as<std::string>();
+    const auto internal = engines::check_tool_url(spec.url, allow);
+    if (!internal) return fail(d["url"], "tool " + name + ": " + internal.error().message);
+    spec.allow_internal = *internal;
+    spec.method = d["method"].as<std::string>("POST");
+    for (auto& c : spec.method)
+      c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (spec.method != "POST" && spec.method != "PUT" && spec.method != "PATCH" &&
+        spec.method != "GET")
+      return fail(d["method"], "tool " + name + ": method must be POST, PUT, PATCH or GET");
+    const auto header = [&](const YAML::Node& at, const std::string& k, const std::string& v) {
+      const auto bad = [](char c) { return c == '\r' || c == '\n' || c == '\0'; };
+      if (k.empty() ||
+          std::any_of(k.begin(), k.end(), [](char c) { return c == ':' || c <= ' '; }) ||
+          std::any_of(v.begin(), v.end(), bad))
+        return fail(at, "tool " + name + ": header '" + k + "' is not a valid header");
+      spec.headers.push_back(k + ": " + v);
+      return true;
+    };
+    if (const auto h = d["headers"])
+      for (const auto& kv : h)
+        if (!header(kv.first, kv.first.as<std::string>(), kv.second.as<std::string>()))
+          return false;
+    // Secrets stay out of the file: the header's value is read from the environment.
+    if (const auto h = d["headers_env"])
+      for (const auto& kv : h) {
+        const auto var = kv.second.as<std::string>();
+        const char* value = std::getenv(var.c_str());
+        if (!value)
+          return fail(kv.second, "tool " + name + ": environment variable " + var + " is not set");
+        if (!header(kv.first, kv.first.as<std::string>(), value)) return false;
+      }
+    const int timeout_ms = d["timeout_ms"].as<int>(10'000);
+    if (timeout_ms < 1 || timeout_ms > 600'000)
+      return fail(d["timeout_ms"], "tool " + name + ": timeout_ms must be 1 to 600000");
+    spec.timeout = std::chrono::milliseconds(timeout_ms);
+    spec.connect_timeout = std::min(spec.timeout, Duration(std::chrono::seconds(5)));
+    spec.max_response_bytes = d["max_response_bytes"].as<std::size_t>(std::size_t{1} << 20);
+    if (spec.max_response_bytes < 1 || spec.max_response_bytes > (std::size_t{64} << 20))
+      return fail(d["max_response_bytes"],
+                  "tool " + name + ": max_response_bytes must be 1 to 67108864");
+    run::ToolRecords records;
+    for (const char* which : {"reads", "writes"})
+      if (const auto keys = d[which]) {
+        if (!keys.IsSequence())
+          return fail(keys, "tool " + name + ": " + which + " must be a list of record keys");
+        for (const auto& k : keys)
+          (std::string(which) == "reads" ? records.reads : records.writes)
+              .push_back(k.as<std::string>());
+      }
+    if (!records.reads.empty() || !records.writes.empty()) o.tool_records[name] = records;
+    o.http_tools.push_back(std::move(spec));
+  }
+  return true;
 }
 
 // Reads the YAML configuration into `o`; flags given on the command line win (they are applied
@@ -148,8 +243,10 @@ bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) 
         o.interference_scale = s["interference_scale"].as<double>();
       if (s["script"] && !given("--script")) o.script = s["script"].as<std::string>();
     }
-    if (const auto t = root["tools"])
+    if (const auto t = root["tools"]) {
       if (t["corpus"] && !given("--corpus")) o.corpus = t["corpus"].as<std::string>();
+      if (!load_http_tools(path, t, o)) return false;
+    }
     if (const auto sw = root["switches"]) {
       if (sw["reuse"] && !given("--no-reuse")) o.no_reuse = !sw["reuse"].as<bool>();
       if (sw["fills"] && !given("--no-fills")) o.no_fills = !sw["fills"].as<bool>();
@@ -411,6 +508,34 @@ int serve(ServeOptions o, const CLI::App& cmd) {
     }
     config.tools = std::move(*corpus);
   }
+  if (!o.http_tools.empty()) {
+    for (const auto& t : o.http_tools)
+      if (config.tools && config.tools->has(t.name)) {
+        std::cerr << "dynrt serve: tool " << t.name << " is both an HTTP tool and a corpus tool\n";
+        return kExitUsage;
+      }
+    // A fill runs a speculable stage before anyone asks for it, and again if it loses: a tool
+    // that writes records must never be called from one.
+    for (const auto* g : report.graphs())
+      for (const auto& s : g->stages)
+        if (s.kind == dsl::StageKind::tool && s.speculable)
+          if (const auto r = o.tool_records.find(s.tool);
+              r != o.tool_records.end() && !r->second.writes.empty()) {
+            std::cerr << "dynrt serve: " << g->source_path << ": stage " << g->workflow << "."
+                      << s.name << " is speculable, but tool " << s.tool
+                      << " writes records (tools." << s.tool
+                      << ".writes): a fill would call it before anyone asked; remove "
+                         "`speculable: true` from the stage\n";
+            return kExitUsage;
+          }
+    auto http = std::make_shared<engines::HttpToolSet>(o.http_tools);
+    config.tools =
+        config.tools
+            ? std::make_shared<engines::ToolEngines>(
+                  std::vector<std::shared_ptr<engines::ToolEngine>>{config.tools, std::move(http)})
+            : std::shared_ptr<engines::ToolEngine>(std::move(http));
+  }
+  config.tool_records = o.tool_records;
 
   auto runtime = Runtime::create(config, report);  // linted once, above
   if (!runtime) {

@@ -117,7 +117,10 @@ void DemandFlow::execute(DemandId id, Pending& p, DemandEffects& fx) {
     // The record keys it reads, rendered now; their versions are snapshotted before it runs,
     // so a write during the execution makes the result stale at insert. The same step leads
     // the execution or joins an identical one in flight (coalescing, csl/coalescer.hpp).
-    if (auto keys = run_.read_keys(stage, p.endpoint, *p.body)) {
+    auto keys = run_.read_keys(stage, p.endpoint, *p.body);
+    const auto tool_reads = tool_records(config_.policy, stage, *p.body, false);
+    if (keys && tool_reads) keys->insert(keys->end(), tool_reads->begin(), tool_reads->end());
+    if (keys && tool_reads) {
       p.store = true;
       p.claiming = true;
       const auto bound = wait_of(run_.graph(), stage);
@@ -130,6 +133,17 @@ void DemandFlow::execute(DemandId id, Pending& p, DemandEffects& fx) {
 }
 
 void DemandFlow::run_itself(DemandId id, Pending& p, DemandEffects& fx) {
+  // A configured tool that writes records: which ones must be known before it runs, or the
+  // results that read them could not be invalidated. A call they do not render for is refused.
+  if (!tool_records(config_.policy, stage_of(p), *p.body, true)) {
+    auto reply = error_reply(400, "invalid_request_error",
+                             "tool '" + stage_of(p).tool +
+                                 "' writes records named from its arguments, and these "
+                                 "arguments do not name them");
+    land(p, Landed::Outcome::error, reply, fx);
+    answer(id, std::move(reply), fx);
+    return;
+  }
   p.executing = true;
   fx.push_back(Execute{id, !is_tool_endpoint(p.endpoint)});
 }
@@ -298,6 +312,10 @@ DemandEffects DemandFlow::executed(DemandId id, const ExecResult& r) {
     auto writes = run_.write_keys(stage);
     if (!writes) writes.emplace();
     writes->insert(writes->end(), r.writes.begin(), r.writes.end());
+    // A configured tool's writes, rendered from this call's arguments (run_itself() refused a
+    // call whose write keys do not render, before it ran).
+    if (const auto tw = tool_records(config_.policy, stage, *p.body, true))
+      writes->insert(writes->end(), tw->begin(), tw->end());
     if (reply.status == 200 && !writes->empty()) {
       p.answer = std::move(reply);
       fx.push_back(Write{id, write_records(*writes, config_.caller)});

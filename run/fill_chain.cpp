@@ -65,8 +65,12 @@ FillEffects FillChain::served(const std::optional<ServeReply>& hit) {
 }
 
 void FillChain::run_on_engine(FillEffects& fx) {
+  auto keys = request_->reads;
+  const auto tool_reads = tool_records(config_.policy, stage(), request_->body, false);
+  if (!tool_reads) return finish(step_ == 0 ? FillStatus::failed : FillStatus::done, fx);
+  keys.insert(keys.end(), tool_reads->begin(), tool_reads->end());
   busy_ = true;
-  fx.push_back(Snapshot{read_records(stage(), request_->reads, config_.caller)});
+  fx.push_back(Snapshot{read_records(stage(), keys, config_.caller)});
 }
 
 FillEffects FillChain::snapshotted(std::optional<ReadRefs> reads) {

@@ -1,5 +1,7 @@
 #include "run/stage.hpp"
 
+#include "dsl/render.hpp"
+
 #include "engines/completion.hpp"
 #include "runtime/reuse_name.hpp"
 #include "runtime/tenancy.hpp"
@@ -28,6 +30,24 @@ Strings write_records(const Strings& keys, const Caller& caller) {
   return tenancy::write_records(keys, caller.tenant.empty()
                                           ? tenancy::WriteScope::all()
                                           : tenancy::WriteScope::of(caller.tenant));
+}
+
+std::optional<Strings> tool_records(const Policy& policy, const dsl::Stage& stage,
+                                    const nlohmann::json& arguments, bool writes) {
+  Strings keys;
+  if (stage.kind != dsl::StageKind::tool) return keys;
+  const auto it = policy.tools.find(stage.tool);
+  if (it == policy.tools.end()) return keys;
+  dsl::Bindings vars;
+  if (arguments.is_object())
+    for (const auto& [k, v] : arguments.items())
+      vars[k] = v;
+  for (const auto& t : writes ? it->second.writes : it->second.reads) {
+    auto r = dsl::render_text(t, vars);
+    if (!r) return std::nullopt;
+    keys.push_back(r->is_string() ? r->get<std::string>() : r->dump());
+  }
+  return keys;
 }
 
 bool reusable(const dsl::Stage& s) {

@@ -30,6 +30,14 @@ using EntryRefs = std::vector<csl::EntryRef>;
 using Strings = std::vector<std::string>;
 using Hashes = std::vector<Hash128>;
 
+// The records a configured tool reads and writes, as record-key templates over the call's
+// arguments ("weather:{{city}}"): a call's keys are rendered from its own arguments before it
+// runs, so a read's version is taken before the tool answers, as a stage's `reads` are.
+struct ToolRecords {
+  Strings reads;
+  Strings writes;
+};
+
 // The runtime's policy, as RuntimeConfig sets it (its defaults are dynrt; `dynrt bench` moves
 // them for its sweeps and baselines).
 struct Policy {
@@ -45,6 +53,7 @@ struct Policy {
   // Keep each run's journal for `dynrt explain` (how each call was served, and why not).
   bool explain = true;
   std::chrono::milliseconds settle_after{30'000};
+  std::map<std::string, ToolRecords, std::less<>> tools;  // by tool name
 };
 
 // The name a result of `stage` is stored and served under, for a run of `caller` known as
@@ -58,6 +67,12 @@ Strings read_records(const dsl::Stage& stage, const Strings& keys, const Caller&
 // The record keys a write of `keys` by `caller`'s run bumps: within its tenant (and the shared
 // scope), or everywhere for the default tenant.
 Strings write_records(const Strings& keys, const Caller& caller);
+
+// The record keys a call of tool stage `stage` with `arguments` reads (or `writes`) by its
+// tool's configuration (Policy::tools): none for a model stage or a tool with none; nullopt when
+// one does not render from the arguments (the call's read-set is then unknown: not stored).
+std::optional<Strings> tool_records(const Policy& policy, const dsl::Stage& stage,
+                                    const nlohmann::json& arguments, bool writes);
 
 // Whether stage `s` may run as a fill or be served from the library.
 bool reusable(const dsl::Stage& s);

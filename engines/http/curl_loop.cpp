@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -22,6 +23,21 @@ void global_init() {
 }
 
 }  // namespace
+
+bool internal_address(std::string_view ip) {
+  std::string a(ip);
+  if (a.rfind("::ffff:", 0) == 0 && a.find('.') != std::string::npos) a = a.substr(7);  // v4-mapped
+  if (a.find(':') == std::string::npos) {
+    unsigned b[4] = {0, 0, 0, 0};
+    if (std::sscanf(a.c_str(), "%u.%u.%u.%u", &b[0], &b[1], &b[2], &b[3]) != 4) return true;
+    return b[0] == 127 || b[0] == 0 || (b[0] == 169 && b[1] == 254);
+  }
+  std::string lower;
+  for (const char c : a)
+    lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower == "::1" || lower == "::" || lower.rfind("fe8", 0) == 0 ||
+         lower.rfind("fe9", 0) == 0 || lower.rfind("fea", 0) == 0 || lower.rfind("feb", 0) == 0;
+}
 
 ErrorKind error_kind(HttpOutcome::Kind k) {
   switch (k) {
@@ -70,6 +86,7 @@ struct CurlLoop::Impl {
     bool headers_done = false;
     bool aborted = false;  // on_data returned false
     bool too_large = false;
+    std::string denied;  // the internal address allow_internal refused
     std::size_t received = 0;
     int status = 0;
     char error[CURL_ERROR_SIZE] = {0};
@@ -128,6 +145,14 @@ struct CurlLoop::Impl {
     return len;
   }
 
+  // Called once connected, before the request is sent: refuses an internal address.
+  static int on_connected(void* user, char* primary_ip, char*, int, int) {
+    auto* t = static_cast<Transfer*>(user);
+    if (!internal_address(primary_ip)) return CURL_PREREQFUNC_OK;
+    t->denied = primary_ip;
+    return CURL_PREREQFUNC_ABORT;
+  }
+
   static std::size_t on_write(char* data, std::size_t size, std::size_t n, void* user) {
     auto* t = static_cast<Transfer*>(user);
     const std::size_t len = size * n;
@@ -184,6 +209,12 @@ struct CurlLoop::Impl {
       curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE,
                        static_cast<curl_off_t>(t->call.body.size()));
       curl_easy_setopt(e, CURLOPT_POSTFIELDS, t->call.body.data());  // owned by the transfer
+      if (t->call.method != "POST")
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, t->call.method.c_str());
+    }
+    if (!t->call.allow_internal) {
+      curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, &Impl::on_connected);
+      curl_easy_setopt(e, CURLOPT_PREREQDATA, t.get());
     }
     t->headers = curl_slist_append(t->headers, "Expect:");  // no 100-continue round trip
     for (const std::string& h : t->call.headers)
@@ -213,6 +244,10 @@ struct CurlLoop::Impl {
     if (code == CURLE_OK) {
       o.kind = Kind::ok;
       o.message.clear();
+    } else if (!t.denied.empty()) {
+      o.kind = Kind::refused;
+      o.message = "the address " + t.denied +
+                  " is loopback, link-local or unspecified, and this call may not reach it";
     } else if (t.too_large) {
       o.kind = Kind::too_large;
       o.message =

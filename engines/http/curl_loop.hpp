@@ -27,7 +27,7 @@
 namespace dynrt::engines {
 
 struct HttpCall {
-  std::string method = "POST";  // POST or GET
+  std::string method = "POST";  // POST, PUT or PATCH (with `body`), or GET
   std::string url;
   std::string body;
   std::vector<std::string> headers;  // "Name: value"
@@ -36,7 +36,14 @@ struct HttpCall {
   Duration idle_timeout{0};
   Duration total_timeout{0};
   std::size_t max_response_bytes = std::size_t{64} << 20;
+  // False: the connection is refused (outcome `refused`) when the address it reaches is
+  // loopback, link-local or unspecified (127.0.0.0/8, ::1, 169.254.0.0/16, fe80::/10, 0.0.0.0),
+  // checked on the address actually connected to, so a name that resolves there is caught too.
+  bool allow_internal = true;
 };
+
+// Whether `ip` (as text) is loopback, link-local or unspecified.
+bool internal_address(std::string_view ip);
 
 struct HttpOutcome {
   enum class Kind {

@@ -148,5 +148,117 @@ TEST(HttpTool, AFailedCallKeepsTheToolsStatusBodyAndRetryAfter) {
   EXPECT_EQ(refused.error().kind, ErrorKind::refused);
 }
 
+// -- tools declared in the configuration ----------------------------------------------------
+
+TEST(ToolUrl, OnlyListedHostsAndLoopbackOnlyWhenNamed) {
+  const std::vector<std::string> allow = {"api.example.com", "127.0.0.1:9100", "[::1]"};
+  EXPECT_EQ(check_tool_url("https://api.example.com/v1/x", allow).value(), false);
+  EXPECT_EQ(check_tool_url("http://API.example.com:8443/", allow).value(), false);  // any port
+  EXPECT_EQ(check_tool_url("http://127.0.0.1:9100/t", allow).value(), true);  // listed: reachable
+  EXPECT_EQ(check_tool_url("http://[::1]:80/t", allow).value(), true);
+  const auto other_port = check_tool_url("http://127.0.0.1:9101/t", allow);
+  ASSERT_FALSE(other_port.ok());
+  EXPECT_NE(other_port.error().message.find("loopback"), std::string::npos);
+  EXPECT_FALSE(check_tool_url("http://localhost:9100/t", allow).ok());  // not the name listed
+  EXPECT_FALSE(check_tool_url("http://evil.example.org/", allow).ok());
+  EXPECT_FALSE(check_tool_url("http://169.254.169.254/latest/meta-data", allow).ok());
+  EXPECT_FALSE(check_tool_url("ftp://api.example.com/", allow).ok());
+  EXPECT_FALSE(check_tool_url("not a url", allow).ok());
+  EXPECT_FALSE(check_tool_url("https://api.example.com/", {}).ok());  // nothing is allowed
+}
+
+HttpToolSpec spec_for(const std::string& url, bool allow_internal = true) {
+  HttpToolSpec t;
+  t.name = "t";
+  t.url = url;
+  t.allow_internal = allow_internal;
+  return t;
+}
+
+TEST(HttpToolSet, TheArgumentsAreTheBodyAndTheResponseTheOutput) {
+  testing::FaultyServer server(testing::FaultyServer::Mode::respond, R"({"temp": 12})");
+  auto spec = spec_for(server.base_url() + "/weather");
+  spec.headers = {"X-Api-Key: k1"};
+  HttpToolSet tools({spec});
+  EXPECT_TRUE(tools.has("t"));
+  EXPECT_FALSE(tools.has("weather"));
+  const auto r = call(tools, "t", {{"city", "Oslo"}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->output, json({{"temp", 12}}));
+  EXPECT_TRUE(r->reads.empty());
+  ASSERT_EQ(server.recorded().size(), 1u);
+  const auto req = server.recorded()[0];
+  EXPECT_EQ(req.head.rfind("POST /weather ", 0), 0u) << req.head;
+  EXPECT_NE(req.head.find("X-Api-Key: k1"), std::string::npos);
+  EXPECT_EQ(json::parse(req.body), json({{"city", "Oslo"}}));
+}
+
+TEST(HttpToolSet, GetSendsTheArgumentsAsTheQuery) {
+  testing::FaultyServer server(testing::FaultyServer::Mode::respond, R"("plain")");
+  auto spec = spec_for(server.base_url() + "/q");
+  spec.method = "GET";
+  HttpToolSet tools({spec});
+  const auto r = call(tools, "t", {{"city", "São Paulo"}, {"days", 3}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->output, "plain");
+  ASSERT_EQ(server.recorded().size(), 1u);
+  EXPECT_EQ(server.recorded()[0].head.rfind("GET /q?city=S%C3%A3o%20Paulo&days=3 ", 0), 0u)
+      << server.recorded()[0].head;
+}
+
+TEST(HttpToolSet, ErrorsLimitsAndInternalAddressesAreToolErrors) {
+  {
+    testing::FaultyServer server(testing::FaultyServer::Mode::status_503);
+    server.set_retry_after("3");
+    HttpToolSet tools({spec_for(server.base_url())});
+    const auto r = call(tools, "t", json::object());
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().status, 503);
+    EXPECT_EQ(r.error().retry_after, "3");
+  }
+  {
+    testing::FaultyServer server(testing::FaultyServer::Mode::respond,
+                                 "\"" + std::string(5000, 'x') + "\"");
+    auto spec = spec_for(server.base_url());
+    spec.max_response_bytes = 1000;
+    HttpToolSet tools({spec});
+    const auto r = call(tools, "t", json::object());
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().message.find("larger than 1000 bytes"), std::string::npos)
+        << r.error().message;
+  }
+  {
+    testing::FaultyServer server(testing::FaultyServer::Mode::no_response);
+    auto spec = spec_for(server.base_url());
+    spec.timeout = std::chrono::milliseconds(200);
+    HttpToolSet tools({spec});
+    const auto r = call(tools, "t", json::object());
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().message.find("tool call failed"), std::string::npos);
+  }
+  {
+    // A host the allowlist did not name as internal may not land on loopback.
+    testing::FaultyServer server(testing::FaultyServer::Mode::respond, "1");
+    HttpToolSet tools({spec_for(server.base_url(), false)});
+    const auto r = call(tools, "t", json::object());
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().kind, ErrorKind::refused);
+    EXPECT_NE(r.error().message.find("loopback"), std::string::npos) << r.error().message;
+    EXPECT_EQ(server.requests(), 0);
+  }
+}
+
+TEST(ToolEngines, TheFirstThatHasTheToolAnswers) {
+  testing::FaultyServer server(testing::FaultyServer::Mode::respond, "2");
+  auto http = std::make_shared<HttpToolSet>(std::vector<HttpToolSpec>{spec_for(server.base_url())});
+  ToolEngines tools({corpus(), http});
+  EXPECT_TRUE(tools.has("retrieve"));
+  EXPECT_TRUE(tools.has("t"));
+  EXPECT_FALSE(tools.has("nope"));
+  EXPECT_EQ(call(tools, "t", json::object())->output, 2);
+  EXPECT_TRUE(call(tools, "retrieve", {{"entity", "Oslo"}}).ok());
+  EXPECT_EQ(call(tools, "nope", json::object()).error().kind, ErrorKind::rejected);
+}
+
 }  // namespace
 }  // namespace dynrt::engines

@@ -539,7 +539,8 @@ stages:
   auto g = std::make_shared<const dsl::TemplateGraph>(*report.graphs()[0]);
   ManualClock clock;
   WorkflowRun run(g, true);
-  DemandFlow flow(run, clock, DemandFlow::Config{{}, acme(), "run-1"});
+  const Policy policy;
+  DemandFlow flow(run, clock, DemandFlow::Config{policy, acme(), "run-1"});
   const auto& stage = *g->stage("edit_doc");
   auto fx = flow.start(1, stage, "/v1/dynrt/tools/update",
                        std::make_shared<const json>(json{{"entity", "a"}, {"text", "new"}}));
