@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 
 namespace dynrt::engines {
 
@@ -40,37 +41,51 @@ namespace {
 
 constexpr std::size_t kErrorBodyLimit = 64 << 10;  // keep this much of a tool's error body
 
-class ToolTransfer final : public HttpHandler {
+// A tool server's answer, read whole: its status, body, Retry-After and Location. Subclasses
+// turn it into the tool's outcome.
+class ToolAnswer : public HttpHandler {
  public:
-  explicit ToolTransfer(ToolCallback done) : done_(std::move(done)) {}
+  explicit ToolAnswer(ToolCallback done) : done_(std::move(done)) {}
   void on_status(int status) override { status_ = status; }
   void on_header(std::string_view name, std::string_view value) override {
     if (header_is(name, "retry-after")) retry_after_ = std::string(value);
+    if (header_is(name, "location")) location_ = std::string(value.substr(0, 300));
   }
   bool on_data(std::string_view bytes) override {
     body_.append(bytes);
     return true;
   }
-  void on_done(const HttpOutcome& o) override {
+
+ protected:
+  // The transfer's failure, or the server's error status (with its body and Retry-After), as
+  // the caller gets it; nullopt when the answer is a success (`ok_status`).
+  std::optional<ToolError> failure(const HttpOutcome& o, bool ok_status) const {
     if (o.kind != HttpOutcome::Kind::ok)
-      return done_(ToolError{error_kind(o.kind), o.status, {}, "tool call failed: " + o.message});
-    if (status_ != 200) {
-      // The tool server's own answer, for the caller: its status, body and Retry-After.
-      return done_(ToolError{
-          ErrorKind::http_status, status_, body_.substr(0, kErrorBodyLimit),
-          "the tool answered HTTP " + std::to_string(status_) + ": " + body_.substr(0, 500),
-          retry_after_});
-    }
-    auto r = parse_tool_response(body_);
-    if (!r) return done_(ToolError{ErrorKind::malformed, status_, {}, r.error().message});
-    done_(std::move(*r));
+      return ToolError{error_kind(o.kind), o.status, {}, "tool call failed: " + o.message};
+    if (ok_status) return std::nullopt;
+    return ToolError{
+        ErrorKind::http_status, status_, body_.substr(0, kErrorBodyLimit),
+        "the tool answered HTTP " + std::to_string(status_) + ": " + body_.substr(0, 500),
+        retry_after_};
   }
 
- private:
   ToolCallback done_;
   int status_ = 0;
   std::string body_;
   std::string retry_after_;
+  std::string location_;
+};
+
+// The tool protocol's answer: {"output", "reads", "writes"}.
+class ToolTransfer final : public ToolAnswer {
+ public:
+  using ToolAnswer::ToolAnswer;
+  void on_done(const HttpOutcome& o) override {
+    if (auto e = failure(o, status_ == 200)) return done_(std::move(*e));
+    auto r = parse_tool_response(body_);
+    if (!r) return done_(ToolError{ErrorKind::malformed, status_, {}, r.error().message});
+    done_(std::move(*r));
+  }
 };
 
 }  // namespace
@@ -115,45 +130,23 @@ bool internal_host(const std::string& host) {
 }
 
 // A plain HTTP tool's answer: the body as JSON output (or as a string), or the server's error.
-class PlainTransfer final : public HttpHandler {
+class PlainTransfer final : public ToolAnswer {
  public:
-  explicit PlainTransfer(ToolCallback done) : done_(std::move(done)) {}
-  void on_status(int status) override { status_ = status; }
-  void on_header(std::string_view name, std::string_view value) override {
-    if (header_is(name, "retry-after")) retry_after_ = std::string(value);
-    if (header_is(name, "location")) location_ = std::string(value.substr(0, 300));
-  }
-  bool on_data(std::string_view bytes) override {
-    body_.append(bytes);
-    return true;
-  }
+  using ToolAnswer::ToolAnswer;
   void on_done(const HttpOutcome& o) override {
-    if (o.kind != HttpOutcome::Kind::ok)
-      return done_(ToolError{error_kind(o.kind), o.status, {}, "tool call failed: " + o.message});
-    if (status_ >= 300 && status_ < 400)
+    if (o.kind == HttpOutcome::Kind::ok && status_ >= 300 && status_ < 400)
       return done_(ToolError{ErrorKind::http_status,
                              502,
                              {},
                              "the tool answered HTTP " + std::to_string(status_) +
                                  " (a redirect to " + location_ +
                                  "); dynrt does not follow a tool's redirects"});
-    if (status_ < 200 || status_ >= 300)
-      return done_(ToolError{
-          ErrorKind::http_status, status_, body_.substr(0, kErrorBodyLimit),
-          "the tool answered HTTP " + std::to_string(status_) + ": " + body_.substr(0, 500),
-          retry_after_});
+    if (auto e = failure(o, status_ >= 200 && status_ < 300)) return done_(std::move(*e));
     ToolResult r;
     r.output = json::parse(body_, nullptr, false);
     if (r.output.is_discarded()) r.output = body_;
     done_(std::move(r));
   }
-
- private:
-  ToolCallback done_;
-  int status_ = 0;
-  std::string body_;
-  std::string retry_after_;
-  std::string location_;
 };
 
 }  // namespace
