@@ -12,6 +12,7 @@
 #include "gateway/tls.hpp"
 
 #include <spdlog/async.h>
+#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
@@ -83,6 +84,7 @@ struct ServeOptions {
   bool insecure_no_auth = false;
   std::string log_level = "info";                 // debug: a line per near miss
   std::string log_format = "text";                // or json (one object per line)
+  std::string record;                             // --record FILE: tagged traffic, JSON lines
   std::vector<engines::HttpToolSpec> http_tools;  // tools.NAME: {url, ...}
   std::map<std::string, run::ToolRecords, std::less<>> tool_records;
   std::size_t explain_runs = 1000;  // ended runs `dynrt explain` can still read
@@ -274,6 +276,7 @@ bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) 
     if (const auto s = root["shared_stages"]; s && !given("--share-stage"))
       for (const auto& n : s)
         o.shared_stages.push_back(n.as<std::string>());
+    if (root["record"] && !given("--record")) o.record = root["record"].as<std::string>();
     if (const auto l = root["log"]) {
       if (l["level"] && !given("--log-level")) o.log_level = l["level"].as<std::string>();
       if (l["format"] && !given("--log-format")) o.log_format = l["format"].as<std::string>();
@@ -562,6 +565,24 @@ int serve(ServeOptions o, const CLI::App& cmd) {
   // to any name and calls itself "sim").
   go.models = models;
   if (auth->enabled()) go.auth = auth;
+  std::shared_ptr<spdlog::logger> recorder;
+  if (!o.record.empty()) {
+    // Appended by spdlog's background thread: a call waits on the disk only when 8,192 lines
+    // are queued unwritten (then it waits rather than lose a line).
+    try {
+      auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(o.record, false);
+      recorder = std::make_shared<spdlog::async_logger>(
+          "dynrt-record", sink, spdlog::thread_pool(), spdlog::async_overflow_policy::block);
+      recorder->set_pattern("%v");
+      recorder->flush_on(spdlog::level::info);
+    } catch (const spdlog::spdlog_ex& e) {
+      std::cerr << "dynrt serve: --record " << o.record << ": " << e.what() << "\n";
+      return kExitUsage;
+    }
+    go.record = [recorder](const nlohmann::json& call) {
+      recorder->info(call.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    };
+  }
   if (go.models.empty() && o.engines.front().url == "sim") go.models = {"sim"};
   auto created = gateway::Gateway::create(**runtime, go);
   if (!created) {
@@ -617,6 +638,7 @@ int serve(ServeOptions o, const CLI::App& cmd) {
   gw->stop(std::chrono::milliseconds(o.shutdown_grace_ms));
   (*runtime)->shutdown();
   (*logger)->flush();
+  if (recorder) recorder->flush();
   return kExitOk;
 }
 
@@ -727,6 +749,9 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--log-format", o->log_format, "text, or json (one object per line)")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
+  cmd->add_option("--record", o->record,
+                  "Append every tagged call (request, response, how it was served, latency; never "
+                  "keys or headers) to FILE as JSON lines, for `dynrt template draft`");
   cmd->add_option("--explain-runs", o->explain_runs,
                   "Ended workflow runs whose journal `dynrt explain` can still read (0: keep no "
                   "journals)")

@@ -319,6 +319,14 @@ class Session final : public HttpConnection {
   void call(dynrt::Request request, bool streaming) {
     served_ = Served::engine;
     begin_call(streaming);
+    if (gw_.options.record && !request.tags.workflow.empty() &&
+        !request.tags.workflow_id.empty() && !request.tags.stage.empty()) {
+      recording_ = json{{"workflow", request.tags.workflow},   {"id", request.tags.workflow_id},
+                        {"stage", request.tags.stage},         {"endpoint", request.endpoint},
+                        {"tenant", request.caller.tenant},     {"request", request.body},
+                        {"stream", streaming}};
+      recording_since_ = std::chrono::steady_clock::now();
+    }
     auto self = shared();
     ReplyCallbacks cb;
     // The callbacks may outlive the gateway (an engine holds them until it lets go of the
@@ -348,6 +356,21 @@ class Session final : public HttpConnection {
 
   void done(Reply reply) {
     gw_.active.remove(call_);
+    if (recording_) {
+      auto& r = *recording_;
+      r["ts_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+      r["latency_ms"] = std::chrono::duration<double, std::milli>(
+                            std::chrono::steady_clock::now() - recording_since_)
+                            .count();
+      r["status"] = reply.status;
+      r["served"] = std::string(to_string(reply.served));
+      auto body = json::parse(reply.body, nullptr, false);
+      r["response"] = body.is_discarded() ? json(reply.body) : std::move(body);
+      gw_.options.record(r);
+      recording_.reset();
+    }
     const bool ok = reply.ok();
     end_call(answer(static_cast<Status>(reply.status), std::move(reply.body), "application/json",
                     ok, ok ? std::string() : std::move(reply.retry_after)),
@@ -383,6 +406,8 @@ class Session final : public HttpConnection {
   Caller caller_;      // the current request's, from its key
   bool admin_ = true;  // its key has the admin scope (or no keys are configured)
   CallId call_ = 0;
+  std::optional<json> recording_;  // the call in flight, for --record
+  std::chrono::steady_clock::time_point recording_since_{};
 };
 
 }  // namespace

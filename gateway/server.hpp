@@ -39,7 +39,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -62,6 +64,10 @@ struct GatewayOptions {
   // gateway speaks only TLS; neither, and only plain HTTP.
   std::string tls_cert;
   std::string tls_key;
+  // `dynrt serve --record`: hears of every tagged call once answered, as one JSON object
+  // (workflow, id, stage, endpoint, tenant, request, status, served, response, latency_ms,
+  // stream). Keys and headers are never in it. Called on an I/O thread: must not block.
+  std::function<void(const nlohmann::json&)> record;
 };
 
 class Gateway {

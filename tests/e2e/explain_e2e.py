@@ -80,8 +80,10 @@ def main():
     sim, sim_port = launch([SIM, "--port", "0", "--time-scale", "10", "--script",
                             os.path.join(tmp, "script.jsonl")], r":(\d+)")[:2]
     url = "qwen3-32b=http://127.0.0.1:%d" % sim_port
+    record = os.path.join(tmp, "traffic.jsonl")
     gw, port, _ = launch([DYNRT, "serve", "templates", "--port", "0", "--engine", url,
-                          "--log-level", "debug", "--log-format", "json"], r":(\d+) ")
+                          "--log-level", "debug", "--log-format", "json", "--record", record],
+                         r":(\d+) ")
     log = Output(gw.stderr)
 
     served = routing_turn(port, "ticket-1", "[route email] mail the team")
@@ -133,6 +135,17 @@ def main():
           any(d["path"] == "/max_completion_tokens" for d in misses[0]["call"]["why"]["diff"]),
           "one near-miss line for the handler, with its diff: %s" % misses)
     stop(gw)
+    # --record: each tagged call, in order, with its request and response as they went.
+    with open(record) as f:
+        recorded = [json.loads(line) for line in f if line.strip()]
+    check([(r["id"], r["stage"]) for r in recorded] == [("ticket-1", "router"), ("ticket-1", "handle")],
+          "the two tagged calls are recorded: %s" % [(r["id"], r["stage"]) for r in recorded])
+    if len(recorded) == 2:
+        check(recorded[1]["request"].get("max_completion_tokens") == 256 and
+              recorded[1]["served"] == "engine" and recorded[1]["status"] == 200 and
+              "choices" in recorded[1]["response"] and recorded[0]["latency_ms"] > 0,
+              "a record holds the request, how it was served and the response: %s" %
+              json.dumps(recorded[1])[:300])
 
     # Keys: a tenant reads its own runs only.
     keys = {"acme": "sk-acme-e2e-1", "beta": "sk-beta-e2e-2", "root": "sk-root-e2e-3"}
@@ -143,8 +156,9 @@ def main():
             tenant = "ops" if name == "root" else name
             f.write("  - {name: %s, key_sha256: %s, tenant: %s, scopes: %s}\n" %
                     (name, hashlib.sha256(key.encode()).hexdigest(), tenant, scopes))
+    keyed_record = os.path.join(tmp, "keyed.jsonl")
     gw, port, _ = launch([DYNRT, "serve", "templates", "--port", "0", "--engine", url, "--keys",
-                          os.path.join(tmp, "keys.yaml")], r":(\d+) ")
+                          os.path.join(tmp, "keys.yaml"), "--record", keyed_record], r":(\d+) ")
     routing_turn(port, "shared-id", "[route weather] rain?", keys["acme"])
     auth = lambda k: {"Authorization": "Bearer " + keys[k]}
     s, _, b = request(port, "GET", "/v1/dynrt/runs/shared-id", headers=auth("acme"))
@@ -164,6 +178,10 @@ def main():
           "dynrt explain takes the key from DYNRT_API_KEY: %d %s %s" %
           (out.returncode, out.stdout[:300], out.stderr[:300]))
     stop(gw)
+    with open(keyed_record) as f:
+        text = f.read()
+    check('"tenant":"acme"' in text and "sk-" not in text and "Bearer" not in text,
+          "a record names the tenant, never a key: %s" % text[:300])
     sim.terminate()
     sim.wait(timeout=20)
     return summary("explain e2e")
