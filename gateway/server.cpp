@@ -247,17 +247,22 @@ class Session final : public HttpConnection {
                                                 "permission_error", 403),
                      "application/json");
     const std::string tenant = q.tenant_given ? q.tenant : caller_.tenant;
+    std::string loaded;
+    for (const auto& w : gw_.runtime.workflows())
+      loaded += (loaded.empty() ? "" : ", ") + w;
     gw_.runtime.explain(
         q.id,
-        [self = shared(), id = q.id](std::vector<json> found) {
-          self->post([self, id, found = std::move(found)]() mutable {
+        [self = shared(), id = q.id, loaded](std::vector<json> found) {
+          self->post([self, id, loaded, found = std::move(found)]() mutable {
             if (found.empty())
               return self->respond(
                   Status::not_found,
                   engines::openai_error_body(
                       "no workflow run with id '" + id +
                           "' is known: it never ran, ran under another tenant or workflow, or "
-                          "ended longer ago than runs are kept",
+                          "ended longer ago than runs are kept. Only calls tagged with a loaded "
+                          "workflow (" +
+                          loaded + ") are journaled; others pass through",
                       "not_found_error", 404),
                   "application/json");
             self->respond(Status::ok,
@@ -319,11 +324,14 @@ class Session final : public HttpConnection {
   void call(dynrt::Request request, bool streaming) {
     served_ = Served::engine;
     begin_call(streaming);
-    if (gw_.options.record && !request.tags.workflow.empty() &&
-        !request.tags.workflow_id.empty() && !request.tags.stage.empty()) {
-      recording_ = json{{"workflow", request.tags.workflow},   {"id", request.tags.workflow_id},
-                        {"stage", request.tags.stage},         {"endpoint", request.endpoint},
-                        {"tenant", request.caller.tenant},     {"request", request.body},
+    if (gw_.options.record && !request.tags.workflow.empty() && !request.tags.workflow_id.empty() &&
+        !request.tags.stage.empty()) {
+      recording_ = json{{"workflow", request.tags.workflow},
+                        {"id", request.tags.workflow_id},
+                        {"stage", request.tags.stage},
+                        {"endpoint", request.endpoint},
+                        {"tenant", request.caller.tenant},
+                        {"request", request.body},
                         {"stream", streaming}};
       recording_since_ = std::chrono::steady_clock::now();
     }
@@ -361,8 +369,8 @@ class Session final : public HttpConnection {
       r["ts_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
                        std::chrono::system_clock::now().time_since_epoch())
                        .count();
-      r["latency_ms"] = std::chrono::duration<double, std::milli>(
-                            std::chrono::steady_clock::now() - recording_since_)
+      r["latency_ms"] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                                  recording_since_)
                             .count();
       r["status"] = reply.status;
       r["served"] = std::string(to_string(reply.served));
