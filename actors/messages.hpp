@@ -126,13 +126,19 @@ class StatsBoard;
 class RunRecords {
  public:
   RunRecords(std::size_t max_runs, Duration keep) : max_(max_runs), keep_(keep) {}
-  void keep(const std::string& key, nlohmann::json record, TimePoint now);
+  // The journal is kept as it is and turned into JSON only when read: most are never read.
+  struct Run {
+    std::shared_ptr<const run::RunJournal> journal;
+    std::string workflow;
+    std::string id;
+  };
+  void keep(const std::string& key, Run run, TimePoint now);
   std::optional<nlohmann::json> find(const std::string& key, TimePoint now) const;
 
  private:
   struct Kept {
     std::string key;
-    nlohmann::json record;
+    Run run;
     TimePoint until;
   };
   mutable std::mutex mutex_;

@@ -2,7 +2,7 @@
 
 namespace dynrt::actors {
 
-void RunRecords::keep(const std::string& key, nlohmann::json record, TimePoint now) {
+void RunRecords::keep(const std::string& key, Run run, TimePoint now) {
   if (max_ == 0) return;
   std::lock_guard lock(mutex_);
   if (const auto it = index_.find(key); it != index_.end()) {
@@ -14,15 +14,23 @@ void RunRecords::keep(const std::string& key, nlohmann::json record, TimePoint n
     index_.erase(runs_.front().key);
     runs_.pop_front();
   }
-  runs_.push_back(Kept{key, std::move(record), now + keep_});
+  runs_.push_back(Kept{key, std::move(run), now + keep_});
   index_[key] = std::prev(runs_.end());
 }
 
 std::optional<nlohmann::json> RunRecords::find(const std::string& key, TimePoint now) const {
-  std::lock_guard lock(mutex_);
-  const auto it = index_.find(key);
-  if (it == index_.end() || it->second->until <= now) return std::nullopt;
-  return it->second->record;
+  Run run;
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = index_.find(key);
+    if (it == index_.end() || it->second->until <= now) return std::nullopt;
+    run = it->second->run;
+  }
+  auto out = run.journal->to_json();  // outside the lock: the journal no longer changes
+  out["workflow"] = run.workflow;
+  out["id"] = run.id;
+  out["live"] = false;
+  return out;
 }
 
 }  // namespace dynrt::actors

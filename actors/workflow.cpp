@@ -21,7 +21,7 @@ struct WorkflowState {
   WorkflowInit init;
   std::unique_ptr<run::WorkflowRun> run;                 // variables, producers, outputs, branches
   std::unique_ptr<run::DemandFlow> flow;                 // every demand in flight
-  std::unique_ptr<run::RunJournal> journal;              // `dynrt explain` (null: off)
+  std::shared_ptr<run::RunJournal> journal;              // `dynrt explain` (null: off)
   TimePoint started{};                                   // the run's first demand
   std::map<std::uint64_t, caf::actor> branches;          // open branch actors by branch id
   std::unordered_map<std::uint64_t, DemandPtr> demands;  // the calls in flight, by demand id
@@ -57,8 +57,11 @@ nlohmann::json explanation(Self self, bool live) {
 // Ends the actor; its journal stays readable for a while (RunRecords).
 void finish(Self self) {
   const auto& svc = svc_of(self);
-  if (self->state.journal && svc.records)
-    svc.records->keep(self->state.init.key, explanation(self, false), svc.time->now());
+  auto& st = self->state;
+  if (st.journal && svc.records)
+    svc.records->keep(st.init.key,
+                      RunRecords::Run{std::move(st.journal), st.init.graph->workflow, st.init.id},
+                      svc.time->now());
   self->quit();
 }
 
@@ -307,7 +310,7 @@ behavior workflow_actor(Self self, WorkflowInit init) {
   st.run = std::make_unique<run::WorkflowRun>(st.init.graph, svc.policy.fills);
   st.flow = std::make_unique<run::DemandFlow>(
       *st.run, *svc.time, run::DemandFlow::Config{svc.policy, st.init.caller, st.init.key});
-  if (svc.policy.explain) st.journal = std::make_unique<run::RunJournal>(st.init.graph, svc.policy);
+  if (svc.policy.explain) st.journal = std::make_shared<run::RunJournal>(st.init.graph, svc.policy);
   self->set_error_handler([](error&) {});  // stray errors (a dead engine's) end nothing
   ++svc.counters->workflows_live;
   // However it ends, the root learns it (and frees the run's key if it still holds it).

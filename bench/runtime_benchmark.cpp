@@ -1,7 +1,8 @@
 // What the actor graph costs and buys, on the embedded simulated engine:
 //   passthrough  latency added by dynrt::Runtime to an untagged call (time scale 0: the engine
 //                answers at once), against the same engine called directly
-//   hits         latency and throughput of demands served from the library (C1 hits)
+//   hits         latency and throughput of demands served from the library (C1 hits), each a
+//                new workflow run, with run journals (`dynrt explain`) and without
 //   routing      wall time of Routing runs at time scale 10, floor against full dynrt
 // Usage: runtime_benchmark [passthrough|hits|routing|all] [N]. Figures: docs/benchmarks.md.
 #include "actors/runtime.hpp"
@@ -85,7 +86,8 @@ struct Rig {
   std::shared_ptr<engines::sim::SimEngine> engine;
   std::unique_ptr<Runtime> rt;
   bench::Workload w;
-  Rig(const dsl::TemplateGraph& g, std::size_t runs, double time_scale, bool on) {
+  Rig(const dsl::TemplateGraph& g, std::size_t runs, double time_scale, bool on,
+      bool journals = true) {
     w = bench::make_workload(g, {1, runs, 1.0});
     engines::sim::SimEngineOptions eo;
     eo.time_scale = time_scale;
@@ -98,6 +100,7 @@ struct Rig {
     cfg.tools = corpus;
     cfg.template_paths = {"templates"};
     cfg.reuse = cfg.fills = on;
+    if (!journals) cfg.explain_runs = 0;
     auto created = Runtime::create(cfg);
     rt = std::move(created.value());
   }
@@ -110,9 +113,9 @@ const dsl::TemplateGraph& graph(const dsl::LintReport& report, const std::string
   std::exit(2);
 }
 
-void hits(const dsl::LintReport& report, int n) {
+void hits(const dsl::LintReport& report, int n, bool journals) {
   const auto& g = graph(report, "subagent");
-  Rig rig(g, 1, 0, true);
+  Rig rig(g, 1, 0, true, journals);
   const auto& run = rig.w.runs[0];
   if (!bench::drive(*rig.rt, g, run).ok()) std::exit(1);  // fills the library
   // The research tool call of that run, demanded again and again by new runs.
@@ -139,7 +142,8 @@ void hits(const dsl::LintReport& report, int n) {
     std::vector<double> all;
     for (auto& v : lat)
       all.insert(all.end(), v.begin(), v.end());
-    const std::string what = "library hits, " + std::to_string(threads) + " caller(s)";
+    const std::string what = "library hits, " + std::to_string(threads) + " caller(s)" +
+                             (journals ? "" : ", no journals");
     print_figures(what.c_str(), all, std::chrono::duration<double>(Wall::now() - t0).count());
   }
 }
@@ -172,7 +176,10 @@ int main(int argc, char** argv) {
   const int n = argc > 2 ? std::max(10, std::atoi(argv[2])) : 0;
   const auto report = dsl::lint_paths({"templates"});
   if (what == "passthrough" || what == "all") passthrough(n ? n : 5000);
-  if (what == "hits" || what == "all") hits(report, n ? n : 20000);
+  if (what == "hits" || what == "all") {
+    hits(report, n ? n : 20000, true);
+    hits(report, n ? n : 20000, false);  // what a run's journal costs (RuntimeConfig::explain_runs)
+  }
   if (what == "routing" || what == "all") routing(report, n ? n : 20);
   return 0;
 }

@@ -122,11 +122,7 @@ std::string_view to_string(MissReason r) {
 }
 
 RunJournal::RunJournal(GraphPtr graph, const Policy& policy, Limits limits)
-    : graph_(std::move(graph)), limits_(limits) {
-  for (const auto& d : graph_->decisions)
-    for (const auto s : fill_chain(*graph_, d, policy.fill_depth))
-      reached_by_[s].push_back(d.id);
-}
+    : graph_(std::move(graph)), limits_(limits), fill_depth_(policy.fill_depth) {}
 
 void RunJournal::arrived(std::uint64_t call, const std::string& stage, const std::string& endpoint,
                          double at_ms) {
@@ -138,7 +134,7 @@ void RunJournal::arrived(std::uint64_t call, const std::string& stage, const std
   calls_.push_back(std::move(c));
   call_seq_[call] = calls_.back().seq;
   while (calls_.size() > limits_.calls) {
-    calls_.pop_front();
+    calls_.erase(calls_.begin());
     ++calls_dropped_;
   }
   // Calls long answered no longer need their id: keep the map as bounded as the calls.
@@ -184,7 +180,7 @@ void RunJournal::rendered(FillRender render) {
     if (r.name == render.name && r.fill == render.fill) return;
   rs.push_back(std::move(render));
   while (rs.size() > limits_.renders)
-    rs.pop_front();
+    rs.erase(rs.begin());
 }
 
 void RunJournal::fill_finished(std::uint64_t fill, branch::FillStatus status) {
@@ -203,7 +199,7 @@ void RunJournal::branch(BranchNote note) {
     }
   branches_.push_back(std::move(note));
   while (branches_.size() > limits_.branches) {
-    branches_.pop_front();
+    branches_.erase(branches_.begin());
     ++branches_dropped_;
   }
 }
@@ -286,8 +282,14 @@ Why RunJournal::explain(const dsl::Stage& stage, const json& body, const DemandT
                  "fill)";
     return w;
   }
-  const auto reached = reached_by_.find(stage.id);
-  if (reached == reached_by_.end()) {
+  if (!reached_by_) {
+    reached_by_.emplace();
+    for (const auto& d : g.decisions)
+      for (const auto s : fill_chain(g, d, fill_depth_))
+        (*reached_by_)[s].push_back(d.id);
+  }
+  const auto reached = reached_by_->find(stage.id);
+  if (reached == reached_by_->end()) {
     w.reason = MissReason::not_downstream;
     w.detail = "no decision's fill chain reaches stage " + squote(stage.name) +
                "; only the library (an identical earlier call) can serve it";

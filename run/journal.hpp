@@ -39,7 +39,6 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -173,15 +172,17 @@ class RunJournal {
 
   GraphPtr graph_;
   Limits limits_;
-  // stage -> the decisions whose fill chains reach it
-  std::map<dsl::StageId, std::vector<dsl::DecisionId>> reached_by_;
-  std::deque<Call> calls_;
+  // stage -> the decisions whose fill chains reach it; worked out the first time a call needs a
+  // reason (a run served from fills and the library never does)
+  mutable std::optional<std::map<dsl::StageId, std::vector<dsl::DecisionId>>> reached_by_;
+  int fill_depth_ = 0;
+  std::vector<Call> calls_;  // vectors: a run's journal is small, and most runs are short
   std::map<std::uint64_t, std::size_t> call_seq_;  // call id -> its seq (for answered())
   std::uint64_t next_seq_ = 1;
   std::uint64_t calls_dropped_ = 0;
-  std::map<dsl::StageId, std::deque<FillRender>> renders_;
+  std::map<dsl::StageId, std::vector<FillRender>> renders_;
   std::map<std::uint64_t, branch::FillStatus> fill_status_;
-  std::deque<BranchNote> branches_;  // in the order they were first reported
+  std::vector<BranchNote> branches_;  // in the order they were first reported
   std::uint64_t branches_dropped_ = 0;
 };
 
