@@ -92,6 +92,8 @@ constexpr std::array kRules = {
              "An inline ignore that suppressed nothing."},
     RuleInfo{invalid_ignore, "invalid-ignore", "DT9003", error,
              "An inline ignore that is malformed or names no known rule."},
+    RuleInfo{draft_todo, "draft-todo", "DT9004", warning,
+             "A `# dynrt-todo:` comment: something `dynrt template draft` could not infer."},
 };
 
 bool iequals(std::string_view a, std::string_view b) {

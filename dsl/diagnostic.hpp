@@ -66,6 +66,7 @@ enum class Rule {
   ignore_without_reason,  ///< an inline ignore without `-- reason`
   unused_ignore,          ///< an inline ignore that suppressed nothing
   invalid_ignore,         ///< an inline ignore that names no known rule or is malformed
+  draft_todo,             ///< a `# dynrt-todo:` left by `dynrt template draft`
 };
 
 struct RuleInfo {

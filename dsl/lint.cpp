@@ -96,6 +96,7 @@ std::vector<Pragma> parse_pragmas(const SourceFile& file, const yaml::Node* root
     collect_extents(file, *root, extents);
   }
   constexpr std::string_view kMarker = "dynrt-lint";
+  constexpr std::string_view kTodo = "dynrt-todo";
   for (int line = 1; line <= file.line_count(); ++line) {
     const std::string_view l = file.line_text(line);
     const std::size_t base = file.line_begin(line);
@@ -113,6 +114,15 @@ std::vector<Pragma> parse_pragmas(const SourceFile& file, const yaml::Node* root
     std::size_t p = hash + 1;
     while (p < l.size() && is_blank(l[p]))
       ++p;
+    if (l.substr(p, kTodo.size()) == kTodo) {
+      // What `dynrt template draft` could not infer: a finding until someone settles it.
+      std::string_view what = l.substr(p + kTodo.size());
+      while (!what.empty() && (what.front() == ':' || is_blank(what.front())))
+        what.remove_prefix(1);
+      sink.add(Rule::draft_todo, Span{base + hash, base + l.size()},
+               "to do: " + std::string(what.empty() ? "(no text)" : what));
+      continue;
+    }
     if (l.substr(p, kMarker.size()) != kMarker) continue;
     p += kMarker.size();
     const Span comment{base + hash, base + l.size()};
