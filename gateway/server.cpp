@@ -333,6 +333,11 @@ class Session final : public HttpConnection {
                         {"tenant", request.caller.tenant},
                         {"request", request.body},
                         {"stream", streaming}};
+      // When the call started, to the microsecond: a recording's calls are put back in order
+      // by it (`dynrt template draft`), and a cached answer takes well under a millisecond.
+      (*recording_)["start_ms"] = std::chrono::duration<double, std::milli>(
+                                      std::chrono::system_clock::now().time_since_epoch())
+                                      .count();
       recording_since_ = std::chrono::steady_clock::now();
     }
     auto self = shared();
