@@ -15,9 +15,10 @@ inline constexpr int kExitUsage = 2;
 inline constexpr int kExitInternal = 3;
 
 // Each adds its subcommands to `app`; `run` is set to the chosen command's body.
-void add_lint_commands(CLI::App& app, std::function<int()>& run);    // lint, schema
-void add_bench_commands(CLI::App& app, std::function<int()>& run);   // bench
-void add_serve_command(CLI::App& app, std::function<int()>& run);    // serve
-void add_explain_command(CLI::App& app, std::function<int()>& run);  // explain
+void add_lint_commands(CLI::App& app, std::function<int()>& run);      // lint, schema
+void add_bench_commands(CLI::App& app, std::function<int()>& run);     // bench
+void add_serve_command(CLI::App& app, std::function<int()>& run);      // serve
+void add_explain_command(CLI::App& app, std::function<int()>& run);    // explain
+void add_template_commands(CLI::App& app, std::function<int()>& run);  // template draft
 
 }  // namespace dynrt::cli

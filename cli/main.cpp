@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   dynrt::cli::add_bench_commands(app, run);
   dynrt::cli::add_serve_command(app, run);
   dynrt::cli::add_explain_command(app, run);
+  dynrt::cli::add_template_commands(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

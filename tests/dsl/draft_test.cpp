@@ -1,0 +1,265 @@
+// dsl::draft_templates on synthetic recordings: each test writes the traffic a harness would
+// send (as `dynrt serve --record` writes it) and checks what the draft infers, that it lints
+// clean, and that the drafted stage renders the recorded request byte for byte.
+#include "dsl/draft.hpp"
+#include "dsl/lint.hpp"
+#include "dsl/render.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace dynrt::dsl {
+namespace {
+
+using json = nlohmann::json;
+
+struct Recorder {
+  std::vector<json> records;
+  double now = 1'000'000;
+  void call(const std::string& workflow, const std::string& id, const std::string& stage,
+            const std::string& endpoint, json request, json response, int status = 200) {
+    now += 100;
+    records.push_back({{"workflow", workflow},
+                       {"id", id},
+                       {"stage", stage},
+                       {"endpoint", endpoint},
+                       {"tenant", ""},
+                       {"request", std::move(request)},
+                       {"response", std::move(response)},
+                       {"status", status},
+                       {"served", "engine"},
+                       {"latency_ms", 50.0},
+                       {"ts_ms", now}});
+  }
+  void chat(const std::string& workflow, const std::string& id, const std::string& stage,
+            json messages, const std::string& answer, double temperature = 0) {
+    call(workflow, id, stage, "/v1/chat/completions",
+         {{"model", "m"},
+          {"temperature", temperature},
+          {"max_tokens", 64},
+          {"messages", std::move(messages)}},
+         {{"choices", json::array({{{"index", 0},
+                                    {"message", {{"role", "assistant"}, {"content", answer}}}}})}});
+  }
+};
+
+json msg(const std::string& role, const std::string& content) {
+  return {{"role", role}, {"content", content}};
+}
+
+const char* kHandlers[] = {"weather", "weather", "calendar", "email", "weather"};
+
+// A router names a handler; the handler's request names it twice; a read-only tool runs it.
+Recorder routing(int runs) {
+  Recorder r;
+  for (int i = 0; i < runs; ++i) {
+    const std::string id = "run-" + std::to_string(i);
+    const std::string query = "Please sort out item " + std::to_string(i * 7) + " today";
+    const std::string h = kHandlers[i % 5];
+    r.chat("routing", id, "router",
+           json::array({msg("system", "Route it. End with HANDLER: <name>."), msg("user", query)}),
+           "I think about it.\nHANDLER: " + h);
+    r.chat("routing", id, "handle",
+           json::array({msg("system", "You are the " + h + " handler. Call the " + h + " API."),
+                        msg("user", query)}),
+           "{\"function\": \"f" + std::to_string(i) + "\"}");
+    r.call("routing", id, "execute", "/v1/dynrt/tools/call_api",
+           {{"api", h}, {"call", "{\"function\": \"f" + std::to_string(i) + "\"}"}},
+           {{"passage", "done " + std::to_string(i)}});
+  }
+  return r;
+}
+
+Draft only(const std::vector<Draft>& drafts) {
+  EXPECT_EQ(drafts.size(), 1u);
+  return drafts.empty() ? Draft{} : drafts.front();
+}
+
+TEST(Draft, InfersADecisionItsSelectionAndWhereEachValueCameFrom) {
+  const Recorder r = routing(40);
+  DraftOptions o;
+  o.read_only_tools["call_api"].reads = {"api:{{api}}"};
+  const Draft d = only(draft_templates(r.records, o));
+  EXPECT_EQ(d.workflow, "routing");
+  EXPECT_EQ(d.runs, 40u);
+  EXPECT_EQ(d.calls, 120u);
+  EXPECT_TRUE(d.todos.empty()) << d.yaml;
+  const LintReport lint = lint_text("routing.yaml", d.yaml);
+  EXPECT_TRUE(lint.diagnostics.empty()) << d.yaml << lint.diagnostics.front().message;
+  ASSERT_EQ(lint.graphs().size(), 1u) << d.yaml;
+  const TemplateGraph& g = *lint.graphs().front();
+
+  // The varying part of the router's request is an input; the router decides `handler`, read
+  // from its answer, learned from the values seen, most frequent first.
+  EXPECT_NE(d.yaml.find("regex: \"^Please sort out item (.*) today$\""), std::string::npos);
+  EXPECT_NE(d.yaml.find("decides: handler"), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("values: [weather, calendar, email]"), std::string::npos) << d.yaml;
+  // The tool is read-only: speculable, reading the record its argument names.
+  EXPECT_NE(d.yaml.find("reads: [\"api:{{handler}}\"]"), std::string::npos) << d.yaml;
+
+  // Each drafted stage renders the recorded request exactly, from the variables the draft
+  // binds: the query from the router's request, the handler from its answer, the call from
+  // the handler's answer.
+  const Stage* handle = g.stage("handle");
+  const Stage* execute = g.stage("execute");
+  ASSERT_TRUE(handle && execute);
+  EXPECT_TRUE(handle->speculable);
+  EXPECT_TRUE(execute->speculable);
+  const json& recorded_handle = r.records[4]["request"];  // run-1: weather
+  const json& recorded_execute = r.records[5]["request"];
+  const auto h = render_stage(*handle, {{"handler", "weather"}, {"item", "7"}});
+  ASSERT_TRUE(h.ok()) << d.yaml << h.error().message;
+  EXPECT_EQ(h->body, recorded_handle);
+  const auto e =
+      render_stage(*execute, {{"handler", "weather"}, {"call", "{\"function\": \"f1\"}"}});
+  ASSERT_TRUE(e.ok()) << d.yaml;
+  EXPECT_EQ(e->body, recorded_execute);
+  EXPECT_EQ(e->reads, std::vector<std::string>{"api:weather"});
+}
+
+TEST(Draft, AFewCallsThatFitNoRuleAreLeftToTheEngineAndSaidSo) {
+  Recorder r = routing(40);
+  // One handler request names a handler its router did not (a harness fallback).
+  r.records[4]["request"]["messages"][0]["content"] =
+      "You are the email handler. Call the email API.";
+  const Draft d = only(draft_templates(r.records));
+  EXPECT_NE(d.yaml.find("decides: handler"), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("1 of 40 recorded calls do not fit the text at /messages/0/content"),
+            std::string::npos)
+      << d.yaml;
+}
+
+TEST(Draft, AStageThatRepeatsMakesALoopWhoseIndexTemplatesUse) {
+  Recorder r;
+  for (int i = 0; i < 30; ++i) {
+    const std::string id = "q" + std::to_string(i);
+    const std::string question = "Who knows item " + std::to_string(i) + "?";
+    std::string passage;
+    const int hops = 1 + i % 3;
+    for (int hop = 0; hop < hops; ++hop) {
+      // The next entity is usually one the previous passage linked to.
+      const std::string entity = "E" + std::to_string(hop == 0 ? i : (i * 3 + hop) % 40) + "x";
+      r.chat("react", id, "think",
+             json::array({msg("system", "Name the next entity as Search[entity]."),
+                          msg("user", "Question: " + question),
+                          msg("user", "Hop " + std::to_string(hop) + ".")}),
+             "Reasoning.\nSearch[" + entity + "]");
+      passage = entity + " links to [[E" + std::to_string((i * 3 + hop + 1) % 40) + "x]] [[E" +
+                std::to_string((i + hop) % 40 + 40) + "x]].";
+      r.call("react", id, "retrieve", "/v1/dynrt/tools/retrieve", {{"entity", entity}},
+             {{"passage", passage}});
+    }
+  }
+  DraftOptions o;
+  o.read_only_tools["retrieve"].reads = {"corpus:{{entity}}"};
+  const Draft d = only(draft_templates(r.records, o));
+  const LintReport lint = lint_text("react.yaml", d.yaml);
+  EXPECT_TRUE(lint.diagnostics.empty()) << d.yaml;
+  EXPECT_NE(d.yaml.find("content: \"Hop {{turn}}.\""), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("stages: [think, retrieve]"), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("max: 3"), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("after: retrieve"), std::string::npos) << d.yaml;  // the back edge
+  EXPECT_NE(d.yaml.find("regex: \"^Question: Who knows item (.*)\\\\?$\""), std::string::npos)
+      << d.yaml;
+  // Open vocabulary: candidates come from the previous passage's links.
+  EXPECT_NE(d.yaml.find("source: extract"), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("stage: retrieve"), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("regex: \"\\\\[\\\\[([^\\\\s\\\\]]+)\\\\]\\\\]\""), std::string::npos)
+      << d.yaml;  // every link, not only the first
+}
+
+TEST(Draft, AnItemPickedFromAnOfferedListIsAPersonsDecision) {
+  Recorder r;
+  const char* offers[] = {"book a flight", "find a hotel", "rent a car"};
+  for (int i = 0; i < 30; ++i) {
+    const std::string id = "d" + std::to_string(i);
+    const std::string dialog = "Trip number " + std::to_string(i);
+    json actions = json::array();
+    for (const char* o : offers)
+      actions.push_back(std::string(o) + " " + std::to_string(i));
+    r.chat("hci", id, "offer",
+           json::array({msg("system", "Offer three actions."), msg("user", dialog)}),
+           json({{"actions", actions}}).dump());
+    const std::string picked = actions[i % 7 == 0 ? 1 : 0];
+    r.chat("hci", id, "act",
+           json::array({msg("system", "The user said: " + dialog), msg("user", "Do: " + picked)}),
+           "Done.");
+  }
+  const Draft d = only(draft_templates(r.records));
+  const LintReport lint = lint_text("hci.yaml", d.yaml);
+  EXPECT_TRUE(lint.diagnostics.empty()) << d.yaml;
+  ASSERT_EQ(lint.graphs().size(), 1u);
+  const TemplateGraph& g = *lint.graphs().front();
+  const Stage* pick = g.stage("pick");
+  ASSERT_TRUE(pick) << d.yaml;
+  EXPECT_EQ(pick->kind, StageKind::user);
+  EXPECT_NE(d.yaml.find("window: user"), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("json: /actions"), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("regex: \"^Do: (.*)$\""), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("content: \"Do: {{action}}\""), std::string::npos) << d.yaml;
+}
+
+TEST(Draft, WhatItCannotInferIsAPositionedTodo) {
+  Recorder r;
+  for (int i = 0; i < 10; ++i) {
+    const std::string id = "n" + std::to_string(i);
+    // Sampled: not speculable. A tool nobody said is read-only.
+    r.chat("notes", id, "write", json::array({msg("user", "Note " + std::to_string(i))}), "ok",
+           0.8);
+    json body = {{"id", id}};
+    r.call("notes", id, "save", "/v1/dynrt/tools/save", body, {{"saved", true}});
+    // Calls of one stage with different shapes.
+    json messages = json::array({msg("user", "Check")});
+    if (i % 2) messages.push_back(msg("user", "twice"));
+    r.chat("notes", id, "check", messages, "fine");
+  }
+  const Draft d = only(draft_templates(r.records));
+  EXPECT_EQ(d.todos.size(), 2u) << d.yaml;
+  const LintReport lint = lint_text("notes.yaml", d.yaml);
+  EXPECT_EQ(lint.count(Severity::error), 0u) << d.yaml;
+  std::size_t todos = 0;
+  for (const Diagnostic& diag : lint.diagnostics) {
+    if (diag.rule != Rule::draft_todo) continue;
+    ++todos;
+    EXPECT_GT(diag.begin.line, 0);
+    EXPECT_EQ(diag.message.rfind("to do: ", 0), 0u) << diag.message;
+  }
+  EXPECT_EQ(todos, 2u) << d.yaml;
+  EXPECT_NE(d.yaml.find("is tool save read-only?"), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("5 of 10 calls have a different request shape"), std::string::npos)
+      << d.yaml;
+  EXPECT_NE(d.yaml.find("# not speculable: it samples"), std::string::npos) << d.yaml;
+  ASSERT_EQ(lint.graphs().size(), 1u);
+  EXPECT_FALSE(lint.graphs().front()->stage("save")->speculable);
+  EXPECT_FALSE(lint.graphs().front()->stage("write")->speculable);
+}
+
+TEST(Draft, SkipsWhatIsNotARecordedAnsweredCall) {
+  Recorder r = routing(3);
+  std::vector<json> records = {json("not an object"), json::object(),
+                               json{{"workflow", "routing"}, {"id", "x"}}};
+  for (auto& rec : r.records) {
+    rec["status"] = 500;  // failed calls say nothing of the workflow
+    records.push_back(rec);
+  }
+  EXPECT_TRUE(draft_templates(records).empty());
+  EXPECT_TRUE(draft_templates({}).empty());
+}
+
+TEST(Draft, EachWorkflowGetsItsOwnTemplate) {
+  Recorder r = routing(10);
+  Recorder other;
+  for (int i = 0; i < 5; ++i)
+    other.chat("echo", "e" + std::to_string(i), "say", json::array({msg("user", "hi")}), "hi");
+  r.records.insert(r.records.end(), other.records.begin(), other.records.end());
+  const auto drafts = draft_templates(r.records);
+  ASSERT_EQ(drafts.size(), 2u);
+  EXPECT_EQ(drafts[0].workflow, "echo");
+  EXPECT_EQ(drafts[1].workflow, "routing");
+  EXPECT_TRUE(lint_text("echo.yaml", drafts[0].yaml).diagnostics.empty()) << drafts[0].yaml;
+}
+
+}  // namespace
+}  // namespace dynrt::dsl
