@@ -261,6 +261,13 @@ CellResult run_http_cell(const CellContext& cx, const HttpCellOptions& h) {
                                     std::to_string(h.serve_threads),
                                     "--io-threads",
                                     std::to_string(h.serve_threads)};
+  if (h.record) {
+    std::ostringstream name;
+    name << "traffic-" << cx.trace->rate << "-" << cx.options->seed << ".jsonl";
+    fs::remove(dir / name.str(), ec);  // --record appends
+    serve.push_back("--record");
+    serve.push_back((dir / name.str()).string());
+  }
   if (cx.arm == "floor" || cx.arm == "c2-only") serve.push_back("--no-reuse");
   if (cx.arm == "floor" || cx.arm == "c1-only") serve.push_back("--no-fills");
   Child gateway(serve, dir / "serve.log", &error);

@@ -29,6 +29,9 @@ struct HttpCellOptions {
   std::string sim_engine;    // the dynrt-sim-engine binary
   std::string dir;           // where each cell's script, corpus and child logs go
   int serve_threads = 2;     // dynrt serve --threads and --io-threads
+  // dynrt serve --record: each cell's tagged traffic goes to its folder as
+  // traffic-<rate>-<seed>.jsonl (what `dynrt template draft` reads).
+  bool record = false;
 };
 
 // The arms dynrt serve can run from its flags: floor, c1-only, c2-only, full.

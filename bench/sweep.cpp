@@ -347,6 +347,7 @@ SweepResult run_sweep(const SweepOptions& o) {
   if (o.http) {
     http.time_scale = o.http_time_scale;
     http.dir = o.http_dir;
+    http.record = o.http_record;
     if (const auto missing = find_http_binaries(http); !missing.empty()) {
       out.error = "--http: " + missing;
       return out;

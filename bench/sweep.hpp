@@ -56,6 +56,7 @@ struct SweepOptions {
   bool http = false;
   double http_time_scale = 1000;
   std::string http_dir;
+  bool http_record = false;  // HttpCellOptions::record
 };
 
 // How the floor's saturation rate of one workload was found.

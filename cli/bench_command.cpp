@@ -193,6 +193,10 @@ int run_sweep(SweepCli& cli) {
     o.predictability = 0;
     o.repeat_rate = 0;
   }
+  if (o.http_record && !o.http) {
+    std::cerr << "dynrt bench sweep: --record records the traffic of --http cells; add --http\n";
+    return kExitUsage;
+  }
   if (o.http) {
     o.http_dir = (fs::path(cli.out_dir) / "http").string();
     const bool any = o.arms.empty() || std::any_of(o.arms.begin(), o.arms.end(), [](auto& a) {
@@ -325,6 +329,9 @@ void add_sweep(CLI::App& bench, const std::string& kind, std::function<int()>& r
                     "scale at which the templates' waits mean what they do in process)")
         ->check(CLI::Range(10.0, 100000.0))
         ->capture_default_str();
+    cmd->add_flag("--record", cli->options.http_record,
+                  "--http: dynrt serve records each cell's tagged traffic (--record) to "
+                  "OUT/http/WORKFLOW-ARM/traffic-RATE-SEED.jsonl, for dynrt template draft");
   }
   cmd->add_flag("--unpredictable", cli->unpredictable,
                 "The no-harm trace: selections ignore every predictor, no exact repeats");
