@@ -1,0 +1,150 @@
+"""The JavaScript clients of docs/harnesses.md, run through `dynrt serve` in front of
+`dynrt-sim-engine`: the official OpenAI Node SDK (tests/e2e/sdk/openai_node.mjs) and LangGraph.js
+with LangChain JS's ChatOpenAI (tests/e2e/sdk/langgraph.mjs), each a Routing run as the docs
+write it. Checks that the calls arrive tagged, that the handler calls (the template's `max_tokens`
+as each client sends it; streamed, for LangChain) are served by fill, that a repeated run is
+served from the library, and that every answer is the engine's own, byte for byte.
+
+The pinned packages of tests/e2e/sdk/package.json are installed from npm once into
+$DYNRT_SDK_CACHE (default ~/.cache/dynrt-sdk-tests). Without node, npm or the registry the test
+is skipped (exit 77), saying so.
+
+    sdk_e2e.py DYNRT SIM_ENGINE
+"""
+import http.client
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import check, launch, stop, summary  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SKIP = 77
+
+
+def install():
+    """The folder with the pinned packages installed, or None (and why) when it cannot be."""
+    if not shutil.which("node") or not shutil.which("npm"):
+        return None, "node and npm are not installed"
+    cache = os.environ.get("DYNRT_SDK_CACHE",
+                           os.path.join(os.path.expanduser("~"), ".cache", "dynrt-sdk-tests"))
+    os.makedirs(cache, exist_ok=True)
+    wanted = open(os.path.join(HERE, "sdk", "package.json")).read()
+    manifest = os.path.join(cache, "package.json")
+    have = open(manifest).read() if os.path.exists(manifest) else ""
+    if have != wanted or not os.path.isdir(os.path.join(cache, "node_modules")):
+        with open(manifest, "w") as f:
+            f.write(wanted)
+        try:
+            p = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"],
+                               cwd=cache, capture_output=True, text=True, timeout=600)
+        except subprocess.TimeoutExpired:
+            return None, "npm install timed out"
+        if p.returncode != 0:
+            os.remove(manifest)
+            return None, "npm install failed: " + p.stderr[-400:]
+    for script in ("openai_node.mjs", "langgraph.mjs"):
+        shutil.copy(os.path.join(HERE, "sdk", script), cache)
+    return cache, ""
+
+
+def node(cache, script, *args):
+    p = subprocess.run(["node", os.path.join(cache, script)] + list(args), capture_output=True,
+                       text=True, timeout=120)
+    check(p.returncode == 0, "%s exits 0: %s" % (script, p.stderr[-800:]))
+    try:
+        return json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        check(False, "%s prints its result: %r" % (script, p.stdout[-300:]))
+        return {}
+
+
+def direct(port, system, query, max_tokens):
+    """The same chat call made to the engine itself: what dynrt's answer must equal."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    body = {"model": "qwen3-32b", "temperature": 0, "max_tokens": max_tokens,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": query}]}
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(body),
+                 headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    text = json.loads(r.read())["choices"][0]["message"]["content"]
+    conn.close()
+    return text
+
+
+ROUTER_SYSTEM = ("You route requests to handlers. Think step by step, then end with one line "
+                 "`HANDLER: <name>`, where <name> is weather, calendar or email.")
+
+
+def handler_system(h):
+    return ("You are the %s handler. Reply with exactly one JSON object {\"function\": ..., "
+            "\"arguments\": {...}} that calls the %s API." % (h, h))
+
+
+def main():
+    dynrt, sim = sys.argv[1], sys.argv[2]
+    cache, why = install()
+    if not cache:
+        print("skipped: " + why)
+        return SKIP
+    tmp = tempfile.mkdtemp(prefix="dynrt-sdk-")
+    reasoning = " ".join(["step"] * 250)
+    with open(os.path.join(tmp, "script.jsonl"), "w") as f:
+        for h in ("weather", "calendar", "email"):
+            f.write(json.dumps({"contains": "[route %s]" % h,
+                                "response": reasoning + "\nHANDLER: " + h}) + "\n")
+    with open(os.path.join(tmp, "corpus.json"), "w") as f:
+        json.dump({"documents": [{"key": "api:" + h, "text": h + " API: ok"}
+                                 for h in ("weather", "calendar", "email")],
+                   "tools": {"call_api": "api:{{api}}"}}, f)
+    engine, engine_port, _ = launch([sim, "--port", "0", "--time-scale", "10", "--script",
+                                     os.path.join(tmp, "script.jsonl")])
+    serve, port, _ = launch([dynrt, "serve", "templates", "--port", "0", "--engine",
+                             "qwen3-32b=http://127.0.0.1:%d" % engine_port, "--corpus",
+                             os.path.join(tmp, "corpus.json")], r":(\d+) ")
+    base = "http://127.0.0.1:%d" % port
+    try:
+        # The OpenAI Node SDK: router, handler, tool and a write, as the docs write them.
+        query = "[route calendar] book the review for Tuesday"
+        first = node(cache, "openai_node.mjs", base, "sdk-run-1", query)
+        served = first.get("served", {})
+        check(served.get("router") == "engine", "SDK: the router runs on the engine: %s" % served)
+        check(served.get("handle") == "fill", "SDK: the handler is served by fill: %s" % served)
+        check(served.get("execute") in ("fill", "engine"), "SDK: the tool call is tagged: %s" % served)
+        check(first.get("written", {}).get("written") == 1, "SDK: the write is acknowledged: %s" %
+              first.get("written"))
+        handler = first.get("handler", "")
+        check(handler == "calendar", "SDK: the router picked calendar: %r" % handler)
+        check(first.get("router") == direct(engine_port, ROUTER_SYSTEM, query, 512),
+              "SDK: the router's answer is the engine's, byte for byte")
+        check(first.get("handle") == direct(engine_port, handler_system(handler), query, 256),
+              "SDK: the handler's answer (served by fill) is the engine's, byte for byte")
+        again = node(cache, "openai_node.mjs", base, "sdk-run-2", query)
+        check(again.get("served", {}).get("router") == "cache",
+              "SDK: the same router call in a new run comes from the library: %s" % again.get("served"))
+        check(again.get("handle") == first.get("handle"), "SDK: the repeat answers the same")
+
+        # LangGraph.js with ChatOpenAI: a router node, then a streamed handler node.
+        query = "[route weather] will it rain in Porto"
+        graph = node(cache, "langgraph.mjs", base, "graph-run-1", query)
+        check(graph.get("served") == ["engine", "fill"],
+              "LangGraph.js: router on the engine, the streamed handler by fill (max_tokens and "
+              "headers as the docs say): %s" % graph.get("served"))
+        handler = graph.get("handler", "")
+        check(handler == "weather", "LangGraph.js: the router picked weather: %r" % handler)
+        check(graph.get("handle") == direct(engine_port, handler_system(handler), query, 256),
+              "LangGraph.js: the streamed handler answer is the engine's, byte for byte")
+    finally:
+        stop(serve)
+        engine.terminate()
+        engine.wait(timeout=20)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return summary("sdk_e2e")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
