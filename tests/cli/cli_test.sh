@@ -68,6 +68,34 @@ check "bench needs a subcommand" 2 "$dynrt" bench
 check "bench admission rejects a bad count" 2 "$dynrt" bench admission --snapshots 0
 check "bench admission rejects crossed bounds" 2 "$dynrt" bench admission --min-candidates 5 --max-candidates 3
 
+# template draft: a recording of two workflows, a line that is not a call, usage errors.
+rec=/tmp/dynrt-cli-rec.$$.jsonl
+drafts=/tmp/dynrt-cli-drafts.$$
+/usr/bin/python3 - "$rec" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    f.write("not json\n")
+    for i in range(6):
+        for wf, stage, text in (("echo", "say", "hello %d" % i), ("greet", "hi", "hi")):
+            f.write(json.dumps({"workflow": wf, "id": "r%d" % i, "stage": stage,
+                                "endpoint": "/v1/chat/completions", "status": 200,
+                                "latency_ms": 5, "ts_ms": 1000 * i + 10,
+                                "request": {"model": "m", "temperature": 0,
+                                            "messages": [{"role": "user", "content": text}]},
+                                "response": {"choices": [{"message": {"content": "ok"}}]}}) + "\n")
+PY
+check "template draft needs --out for two workflows" 2 "$dynrt" template draft "$rec"
+contains "names the fix" /tmp/dynrt-cli-err.$$ "--out DIR"
+check "template draft writes each workflow" 0 "$dynrt" template draft "$rec" --out "$drafts"
+contains "skipped line is positioned" /tmp/dynrt-cli-err.$$ "$rec:1: not a recorded call"
+check "drafts lint clean" 0 "$dynrt" lint --fail-on warning "$drafts"
+contains "the input is bound" "$drafts/echo.yaml" 'regex: "^hello (.*)$"'
+check "template draft of a missing file" 2 "$dynrt" template draft /nonexistent.jsonl
+echo "nothing" > "$rec"
+check "template draft of nothing recorded" 1 "$dynrt" template draft "$rec"
+check "template needs a subcommand" 2 "$dynrt" template
+rm -rf "$rec" "$drafts"
+
 rm -f /tmp/dynrt-cli-out.$$ /tmp/dynrt-cli-err.$$
 [ "$fails" = 0 ] && echo "all CLI checks passed" || echo "$fails CLI check(s) failed"
 exit $((fails > 0))
