@@ -90,6 +90,20 @@ check "template draft writes each workflow" 0 "$dynrt" template draft "$rec" --o
 contains "skipped line is positioned" /tmp/dynrt-cli-err.$$ "$rec:1: not a recorded call"
 check "drafts lint clean" 0 "$dynrt" lint --fail-on warning "$drafts"
 contains "the input is bound" "$drafts/echo.yaml" 'regex: "^hello (.*)$"'
+printf 'tools:\n  lookup:\n    url: http://127.0.0.1:9/lookup\n    reads: ["kb:{{q}}"]\n' > "$drafts.yaml"
+/usr/bin/python3 - "$rec" <<'PY'
+import json, sys
+with open(sys.argv[1], "a") as f:
+    for i in range(6):
+        f.write(json.dumps({"workflow": "look", "id": "l%d" % i, "stage": "find",
+                            "endpoint": "/v1/dynrt/tools/lookup", "status": 200,
+                            "latency_ms": 5, "ts_ms": 1000 * i + 10, "request": {"q": "x%d" % i},
+                            "response": {"hit": i}}) + "\n")
+PY
+check "template draft reads read-only tools from --config" 0 "$dynrt" template draft "$rec" --config "$drafts.yaml" --out "$drafts"
+contains "the tool reads what its argument names" "$drafts/look.yaml" 'reads: ["kb:{{input}}"]'
+contains "the read-only tool is speculable" "$drafts/look.yaml" "speculable: true"
+rm -f "$drafts.yaml"
 check "template draft of a missing file" 2 "$dynrt" template draft /nonexistent.jsonl
 echo "nothing" > "$rec"
 check "template draft of nothing recorded" 1 "$dynrt" template draft "$rec"
