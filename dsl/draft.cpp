@@ -356,7 +356,8 @@ StageDraft* find(std::vector<StageDraft>& v, const std::string& name) {
 }
 
 std::string Drafter::unique_name(std::string hint, const std::string& fallback) {
-  if (hint.empty()) hint = fallback;
+  // A hint already taken (a stage's name, say) yields to a fallback that is free.
+  if (hint.empty() || (names_.count(hint) > 0 && names_.count(fallback) == 0)) hint = fallback;
   std::string name = hint;
   for (int i = 2; names_.count(name) > 0; ++i)
     name = hint + "_" + std::to_string(i);
