@@ -658,6 +658,11 @@ std::vector<std::pair<std::size_t, std::size_t>> first_span(
       std::string_view(leaf[0]).substr(residual[0].first, residual[0].second - residual[0].first);
   const auto t0 = tokens(r0);
   if (t0.size() > 4000) return residual;
+  // Alignment costs tokens x tokens per instance: past a budget (long texts that differ in
+  // many calls) the whole residual stands as one part, which bounds the time a recording of
+  // hostile size can take.
+  constexpr std::size_t kMaxCells = std::size_t{1} << 26;
+  std::size_t cells = 0;
   std::vector<std::size_t> common(t0.size(), 0);  // instances aligning each token of r0
   std::vector<std::vector<std::size_t>> where(leaf.size(),
                                               std::vector<std::size_t>(t0.size(), SIZE_MAX));
@@ -667,6 +672,8 @@ std::vector<std::pair<std::size_t, std::size_t>> first_span(
     const auto ti = tokens(ri);
     if (ti.size() > 4000) return residual;
     const std::size_t n = t0.size(), m = ti.size();
+    cells += (n + 1) * (m + 1);
+    if (cells > kMaxCells) return residual;
     std::vector<std::vector<std::uint16_t>> lcs(n + 1, std::vector<std::uint16_t>(m + 1, 0));
     auto tok = [](std::string_view s, std::pair<std::size_t, std::size_t> t) {
       return s.substr(t.first, t.second - t.first);
