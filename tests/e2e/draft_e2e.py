@@ -27,7 +27,7 @@ from checks import check, launch, stop, summary  # noqa: E402
 import replay  # noqa: E402
 
 WORKLOADS = ["routing", "react", "subagent", "hci"]
-TIME_SCALE = "50"  # real ms per simulated second: a recorded cell takes seconds
+TIME_SCALE = "25"  # real ms per simulated second: a recorded cell takes seconds
 PROFILE = "h200x4-32b"
 LOAD = "0.1"  # of saturation: the timed warm-up (30 simulated s of arrivals) stays short
 
