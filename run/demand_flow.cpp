@@ -183,6 +183,7 @@ DemandEffects DemandFlow::claimed(DemandId id, std::optional<ClaimReply> reply) 
   }
   p.execution = reply->kind == csl::ClaimKind::lead ? reply->execution : 0;
   p.reads = std::move(reply->reads);
+  p.fence = std::move(reply->fence);
   run_itself(id, p, fx);
   return fx;
 }
@@ -328,7 +329,7 @@ DemandEffects DemandFlow::executed(DemandId id, const ExecResult& r) {
   // Stored before the answer goes out, so the next stage's demand finds its producer.
   auto in = std::make_shared<const csl::Insert>(
       insert_of(p.name, r.result, std::move(p.reads), run_.producers_of(stage),
-                {csl::Origin::canonical, 0, 0}, ttl_of(run_.graph(), stage)));
+                {csl::Origin::canonical, 0, 0}, ttl_of(run_.graph(), stage), std::move(p.fence)));
   Store s{id, in, std::exchange(p.execution, 0), nullptr};
   if (s.execution != 0) {
     auto l = std::make_shared<Landed>();

@@ -202,6 +202,7 @@ class DemandFlow {
     bool may_wait = false;  // a probe in flight may wait for the stage's running fill
     bool store = false;     // a canonical result is kept for reuse
     ReadRefs reads;
+    csl::TierFence fence;                    // the shared tier's, when its execution started
     std::optional<TimePoint> waiting_since;  // waiting for a fill or a leader
     std::uint64_t wait = 0;                  // the current wait's number, for its deadline
     double waited_ms = 0;

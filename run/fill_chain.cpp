@@ -73,11 +73,11 @@ void FillChain::run_on_engine(FillEffects& fx) {
   fx.push_back(Snapshot{read_records(stage(), keys, config_.caller)});
 }
 
-FillEffects FillChain::snapshotted(std::optional<ReadRefs> reads) {
+FillEffects FillChain::snapshotted(std::optional<ReadSnapshot> snapshot) {
   FillEffects fx;
   if (finished_ || !busy_) return fx;
   busy_ = false;
-  if (!reads) {
+  if (!snapshot) {
     finish(FillStatus::failed, fx);
     return fx;
   }
@@ -85,7 +85,8 @@ FillEffects FillChain::snapshotted(std::optional<ReadRefs> reads) {
     finish(FillStatus::cancelled, fx);
     return fx;
   }
-  reads_ = std::move(*reads);
+  reads_ = std::move(snapshot->reads);
+  fence_ = std::move(snapshot->fence);
   executing_ = true;
   fx.push_back(Execute{++tag_, request_->endpoint, request_->body});
   return fx;
@@ -112,7 +113,8 @@ FillEffects FillChain::executed(std::uint64_t tag, const ExecResult& r) {
   busy_ = true;
   insert_ = std::make_shared<const csl::Insert>(
       insert_of(*announced_, r.result, std::move(reads_), producers_of(s, producers_),
-                {csl::Origin::fill, config_.id, config_.branch}, ttl_of(*config_.graph, s)));
+                {csl::Origin::fill, config_.id, config_.branch}, ttl_of(*config_.graph, s),
+                std::move(fence_)));
   announce_next(insert_->bytes, fx);
   fx.push_back(Store{insert_});
   return fx;

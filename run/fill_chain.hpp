@@ -110,7 +110,7 @@ class FillChain {
   FillEffects start();
   // The library answered a Probe, a Snapshot or a Store (nullopt: it did not answer).
   FillEffects served(const std::optional<ServeReply>& reply);
-  FillEffects snapshotted(std::optional<ReadRefs> reads);
+  FillEffects snapshotted(std::optional<ReadSnapshot> snapshot);
   FillEffects stored(const std::optional<csl::InsertResult>& result);
   FillEffects executed(std::uint64_t tag, const ExecResult& result);
   FillEffects unroutable();
@@ -139,7 +139,8 @@ class FillChain {
   std::optional<Hash128> announced_;             // the current stage's name, once announced
   std::optional<Hash128> next_;  // the next stage's, announced while the current one is stored
   ReadRefs reads_;
-  InsertPtr insert_;  // the current stage's shadow, while it is stored
+  csl::TierFence fence_;  // the shared tier's, when the current stage started
+  InsertPtr insert_;      // the current stage's shadow, while it is stored
   std::uint64_t tag_ = 0;
   bool executing_ = false;  // an engine request is out
   bool busy_ = false;       // a library call is out; a cancel waits for it

@@ -3,7 +3,8 @@
 namespace dynrt::run {
 
 csl::Insert insert_of(const Hash128& name, const engines::EngineResult& result, ReadRefs reads,
-                      EntryRefs producers, csl::Provenance provenance, Duration ttl) {
+                      EntryRefs producers, csl::Provenance provenance, Duration ttl,
+                      csl::TierFence fence) {
   csl::Insert in;
   in.name = name;
   in.bytes = result.body;
@@ -14,6 +15,7 @@ csl::Insert insert_of(const Hash128& name, const engines::EngineResult& result, 
   in.producers = std::move(producers);
   in.provenance = provenance;
   in.ttl = ttl;
+  in.fence = std::move(fence);
   return in;
 }
 

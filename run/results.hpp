@@ -50,6 +50,14 @@ struct ClaimReply {
   std::uint64_t execution = 0;
   csl::Ticket ticket = 0;  // join: for the leave
   ReadRefs reads;          // lead, alone: the versions the execution starts from
+  csl::TierFence fence;    // lead, alone: the shared tier's fence it starts from
+};
+
+// The versions of the records an execution reads, and the shared tier's fence, as they were
+// before it started (what a fill's result is stored with).
+struct ReadSnapshot {
+  ReadRefs reads;
+  csl::TierFence fence;
 };
 
 // What a led execution's waiters are answered with.
@@ -69,7 +77,8 @@ using InsertPtr = std::shared_ptr<const csl::Insert>;
 
 // The library entry an execution's result becomes (a canonical entry or a fill's shadow).
 csl::Insert insert_of(const Hash128& name, const engines::EngineResult& result, ReadRefs reads,
-                      EntryRefs producers, csl::Provenance provenance, Duration ttl);
+                      EntryRefs producers, csl::Provenance provenance, Duration ttl,
+                      csl::TierFence fence = {});
 
 // What an execution of a stage cost, for the cost model that prices fills.
 struct CostSample {

@@ -223,6 +223,7 @@ Hit Store::hit_of(std::uint32_t index) {
   h.usage = e.usage;
   h.cost = Duration(e.cost_ns);
   h.provenance = Provenance{e.origin, e.fill, e.branch};
+  h.ttl_left = std::max(Duration(0), Duration(e.expires_ns - ns(clock_.now())));
   return h;
 }
 
@@ -476,6 +477,7 @@ std::size_t Store::remove(std::uint32_t index, RemovalReason reason) {
         break;
     }
     const Hash128 name = e.name;
+    const EntryRef gone = ref_of(i);
     release_bytes(e);
     e.reads.clear();
     e.producers.clear();
@@ -484,7 +486,7 @@ std::size_t Store::remove(std::uint32_t index, RemovalReason reason) {
     ++e.generation;
     free_entries_.push_back(i);
     ++removed;
-    if (observer_) observer_(name, why);
+    if (observer_) observer_(gone, name, why);
   }
   return removed;
 }

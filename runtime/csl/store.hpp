@@ -80,6 +80,16 @@ enum class State : std::uint8_t {
               ///< but stays in the dependency graph while later stages built on it live
 };
 
+// The shared tier's fence when an execution started (store/shared_tier.hpp): the epoch of the
+// tier's data and the highest write sequence of it seen by then. The Store keeps nothing of it;
+// it travels with the result to the tier, which checks no record the result read was written
+// after it. Empty without a tier (or before the tier first reached its server).
+struct TierFence {
+  std::string epoch;
+  std::uint64_t seq = 0;
+  friend bool operator==(const TierFence&, const TierFence&) = default;
+};
+
 // What put_confirmed() and put_shadow() store.
 struct Insert {
   Hash128 name;
@@ -90,6 +100,7 @@ struct Insert {
   std::vector<EntryRef> producers;  // entries whose outputs rendered this input
   Provenance provenance;
   Duration ttl{0};  // 0 or above the store's maximum: the maximum
+  TierFence fence;  // the shared tier's, when the execution started
 };
 
 enum class InsertStatus {
@@ -112,6 +123,7 @@ struct Hit {
   Usage usage;
   Duration cost{0};
   Provenance provenance;
+  Duration ttl_left{0};  // until it expires
 };
 
 enum class RemovalReason {
@@ -221,8 +233,9 @@ class Store {
   const Stats& stats() const { return stats_; }
   const Limits& limits() const { return limits_; }
 
-  // Called for every entry that leaves the store, with its name and why.
-  using Observer = std::function<void(const Hash128&, RemovalReason)>;
+  // Called for every entry that leaves the store, with its handle (no longer live), its name and
+  // why.
+  using Observer = std::function<void(EntryRef, const Hash128&, RemovalReason)>;
   void set_observer(Observer observer) { observer_ = std::move(observer); }
 
  private:

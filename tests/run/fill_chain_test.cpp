@@ -60,7 +60,7 @@ class FillChainRouting : public ::testing::Test {
   FillEffects run_handle(FillChain& chain) {
     chain.start();
     chain.served(ServeReply{});
-    chain.snapshotted(ReadRefs{});
+    chain.snapshotted(ReadSnapshot{});
     chain.executed(1, engine_ok(handled, 50ms));
     return chain.stored(csl::InsertResult{csl::InsertStatus::stored, {4, 1}});
   }
@@ -90,7 +90,7 @@ TEST_F(FillChainRouting, AMissRunsAtFillPriorityAndStoresAShadowWithItsProvenanc
   chain.start();
   auto fx = chain.served(ServeReply{});
   EXPECT_TRUE(only<fill::Snapshot>(fx).records.empty());  // the handler reads no records
-  fx = chain.snapshotted(ReadRefs{{"x", 2}});
+  fx = chain.snapshotted(ReadSnapshot{ReadRefs{{"x", 2}}, {}});
   const auto e = only<fill::Execute>(fx);
   EXPECT_EQ(e.endpoint, "/v1/chat/completions");
   EXPECT_EQ(e.body, dsl::render_stage(handle, vars)->body);
@@ -112,7 +112,7 @@ TEST_F(FillChainRouting, TheNextStageIsAnnouncedBeforeTheShadowIsStored) {
   FillChain chain(config());
   chain.start();
   chain.served(ServeReply{});
-  chain.snapshotted(ReadRefs{});
+  chain.snapshotted(ReadSnapshot{});
   auto fx = chain.executed(1, engine_ok(handled, 50ms));
   const auto next = only<fill::Announce>(fx);
   EXPECT_EQ(next.name, name_of(execute, after_handle()));  // rendered from the handler's output
@@ -141,7 +141,7 @@ TEST_F(FillChainRouting, TheChainIsDoneAfterItsLastStageWithItsWholeEngineTime) 
   FillChain chain(config());
   run_handle(chain);
   chain.served(ServeReply{});
-  chain.snapshotted(ReadRefs{});
+  chain.snapshotted(ReadSnapshot{});
   chain.executed(2, engine_ok("{\"found\": true}", 5ms));
   const auto fx = chain.stored(csl::InsertResult{csl::InsertStatus::stored, {4, 2}});
   const auto f = only<fill::Finish>(fx);
@@ -169,7 +169,7 @@ TEST_F(FillChainRouting, ACancelWhileTheEngineRunsEndsTheFillAtOnce) {
   FillChain chain(config());
   chain.start();
   chain.served(ServeReply{});
-  chain.snapshotted(ReadRefs{});
+  chain.snapshotted(ReadSnapshot{});
   const auto fx = chain.cancel();
   EXPECT_EQ(only<fill::Finish>(fx).status, FillStatus::cancelled);
   const auto ended = only<fill::Ended>(fx);
@@ -183,7 +183,7 @@ TEST_F(FillChainRouting, ACancelDuringAStoreWaitsForItAndDiscardsTheShadow) {
   FillChain chain(config());
   chain.start();
   chain.served(ServeReply{});
-  chain.snapshotted(ReadRefs{});
+  chain.snapshotted(ReadSnapshot{});
   chain.executed(1, engine_ok(handled, 50ms));
   EXPECT_TRUE(chain.cancel().empty());  // the store is in flight
   const auto fx = chain.stored(csl::InsertResult{csl::InsertStatus::stored, {4, 1}});
@@ -196,7 +196,7 @@ TEST_F(FillChainRouting, AnAbnormalResultIsAFailedFillNeverAShadow) {
   FillChain chain(config());
   chain.start();
   chain.served(ServeReply{});
-  chain.snapshotted(ReadRefs{});
+  chain.snapshotted(ReadSnapshot{});
   auto r = engine_ok(handled, 50ms);
   r.result.complete = false;
   const auto fx = chain.executed(1, r);
@@ -208,7 +208,7 @@ TEST_F(FillChainRouting, AStaleCompletionIsIgnored) {
   FillChain chain(config());
   chain.start();
   chain.served(ServeReply{});
-  chain.snapshotted(ReadRefs{});
+  chain.snapshotted(ReadSnapshot{});
   EXPECT_TRUE(chain.executed(99, engine_ok(handled, 50ms)).empty());
   EXPECT_FALSE(chain.finished());
 }
@@ -217,7 +217,7 @@ TEST_F(FillChainRouting, AStaleStoreEndsTheFillAsFailed) {
   FillChain chain(config());
   chain.start();
   chain.served(ServeReply{});
-  chain.snapshotted(ReadRefs{});
+  chain.snapshotted(ReadSnapshot{});
   chain.executed(1, engine_ok(handled, 50ms));
   const auto fx = chain.stored(csl::InsertResult{csl::InsertStatus::stale, {}});
   EXPECT_FALSE(has<fill::Kept>(fx));
@@ -243,7 +243,7 @@ TEST_F(FillChainRouting, AnUnrenderableLaterStageEndsTheChainDone) {
   FillChain chain(config());
   chain.start();
   chain.served(ServeReply{});
-  chain.snapshotted(ReadRefs{});
+  chain.snapshotted(ReadSnapshot{});
   // A normal completion without the content the executor's arguments are rendered from.
   const json refusal = {{"choices",
                          {{{"index", 0},
@@ -266,7 +266,7 @@ TEST_F(FillChainRouting, AnUnroutableRequestFailsTheFill) {
   FillChain chain(config());
   chain.start();
   chain.served(ServeReply{});
-  chain.snapshotted(ReadRefs{});
+  chain.snapshotted(ReadSnapshot{});
   EXPECT_EQ(only<fill::Finish>(chain.unroutable()).status, FillStatus::failed);
 }
 

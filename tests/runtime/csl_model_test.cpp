@@ -112,7 +112,7 @@ RC_GTEST_PROP(CslModel, RealStoreAgreesWithTheBruteForceModel, ()) {
   Store store(clock, limits);
   Model model;
   std::vector<int> evicted;
-  store.set_observer([&](const Hash128& name, RemovalReason why) {
+  store.set_observer([&](EntryRef, const Hash128& name, RemovalReason why) {
     if (why != RemovalReason::evicted) return;
     for (int n = 0; n < kNames; ++n) {
       if (name_hash(n) == name) evicted.push_back(n);

@@ -228,7 +228,8 @@ TEST_F(StoreTest, ARetiredProducerStillCarriesFreshness) {
 
 TEST_F(StoreTest, TheObserverSeesEveryRemovalAndWhy) {
   std::vector<std::pair<Hash128, RemovalReason>> seen;
-  store_.set_observer([&](const Hash128& n, RemovalReason r) { seen.emplace_back(n, r); });
+  store_.set_observer(
+      [&](EntryRef, const Hash128& n, RemovalReason r) { seen.emplace_back(n, r); });
   const EntryRef a = put("a", {"doc:1"});
   put("b", {}, {a});
   store_.write(std::vector<std::string>{"doc:1"});
