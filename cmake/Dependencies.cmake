@@ -19,6 +19,8 @@ find_package(yaml-cpp 0.7 REQUIRED)           # target `yaml-cpp` (0.7 has no na
 find_package(Eigen3 3.4 REQUIRED NO_MODULE)   # Eigen3::Eigen
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET GLOBAL libxxhash>=0.8)
 pkg_check_modules(RE2 REQUIRED IMPORTED_TARGET GLOBAL re2)
+# hiredis 0.14 (Debian 12): the shared library tier's Redis client (store/).
+pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET GLOBAL hiredis>=0.14)
 find_package(CURL 7.68 REQUIRED)              # CURL::libcurl
 find_package(OpenSSL 3 REQUIRED)              # OpenSSL::Crypto (key digests), OpenSSL::SSL (TLS)
 find_package(nlohmann_json 3.11 REQUIRED)     # nlohmann_json::nlohmann_json

@@ -8,7 +8,7 @@ packages=(
   libcaf-dev libyaml-cpp-dev libeigen3-dev libxxhash-dev libcurl4-openssl-dev libssl-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev librapidcheck-dev
   libboost-dev libboost-system-dev libkainjow-mustache-dev
-  libre2-dev
+  libre2-dev libhiredis-dev redis-server
   libgtest-dev libgmock-dev libbenchmark-dev python3-jsonschema python3-yaml
   python3-matplotlib
   clang libclang-rt-14-dev llvm-14 clang-format
