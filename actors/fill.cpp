@@ -64,9 +64,11 @@ void carry_out(Self self, FillEffects fx) {
                 self, [](FillChain& c, std::optional<ServeReply> r) { return c.served(r); },
                 serve_atom::value, e.name, e.query);
           } else if constexpr (std::is_same_v<E, Snapshot>) {
-            ask_csl<ReadRefs>(
+            ask_csl<run::ReadSnapshot>(
                 self,
-                [](FillChain& c, std::optional<ReadRefs> r) { return c.snapshotted(std::move(r)); },
+                [](FillChain& c, std::optional<run::ReadSnapshot> r) {
+                  return c.snapshotted(std::move(r));
+                },
                 snap_atom::value, e.records);
           } else if constexpr (std::is_same_v<E, Execute>) {
             auto exec = std::make_shared<Exec>();

@@ -23,6 +23,7 @@
 #include "runtime/csl/coalescer.hpp"
 #include "runtime/csl/store.hpp"
 #include "runtime/predictor.hpp"
+#include "store/shared_tier.hpp"
 
 #include <caf/all.hpp>
 
@@ -56,27 +57,29 @@ using run::ServeReply;
 using run::Strings;
 
 // -- atoms ------------------------------------------------------------------------------------
-using demand_atom = caf::atom_constant<caf::atom("demand")>;       // root, workflow: a call
-using exec_atom = caf::atom_constant<caf::atom("exec")>;           // engine: run a request
-using engdone_atom = caf::atom_constant<caf::atom("engdone")>;     // engine -> requester
-using abort_atom = caf::atom_constant<caf::atom("abort")>;         // engine: cancel a handle
-using serve_atom = caf::atom_constant<caf::atom("serve")>;         // csl: a ServeQuery
-using snap_atom = caf::atom_constant<caf::atom("snap")>;           // csl: read versions
-using store_atom = caf::atom_constant<caf::atom("store")>;         // csl: insert
-using drop_atom = caf::atom_constant<caf::atom("drop")>;           // csl: discard shadows
-using claim_atom = caf::atom_constant<caf::atom("claim")>;         // csl: lead or join a miss
-using land_atom = caf::atom_constant<caf::atom("land")>;           // csl: a led execution ended
-using coaldone_atom = caf::atom_constant<caf::atom("coaldone")>;   // csl -> a joined waiter
-using leave_atom = caf::atom_constant<caf::atom("leave")>;         // csl: a waiter's bound passed
-using write_atom = caf::atom_constant<caf::atom("write")>;         // csl, root: records written
-using gate_atom = caf::atom_constant<caf::atom("gate")>;           // pricing: Action 0
-using rank_atom = caf::atom_constant<caf::atom("rank")>;           // pricing: frequency ranking
-using admit_atom = caf::atom_constant<caf::atom("admit")>;         // pricing: Action 1
-using setup_atom = caf::atom_constant<caf::atom("setup")>;         // pricing: predictor time
-using learn_atom = caf::atom_constant<caf::atom("learn")>;         // pricing: a resolution
-using usable_atom = caf::atom_constant<caf::atom("usable")>;       // pricing: consumed / missed
-using credit_atom = caf::atom_constant<caf::atom("credit")>;       // pricing: a chain stage served
-using refund_atom = caf::atom_constant<caf::atom("refund")>;       // pricing: a fill ran nothing
+using demand_atom = caf::atom_constant<caf::atom("demand")>;      // root, workflow: a call
+using exec_atom = caf::atom_constant<caf::atom("exec")>;          // engine: run a request
+using engdone_atom = caf::atom_constant<caf::atom("engdone")>;    // engine -> requester
+using abort_atom = caf::atom_constant<caf::atom("abort")>;        // engine: cancel a handle
+using serve_atom = caf::atom_constant<caf::atom("serve")>;        // csl: a ServeQuery
+using snap_atom = caf::atom_constant<caf::atom("snap")>;          // csl: read versions
+using store_atom = caf::atom_constant<caf::atom("store")>;        // csl: insert
+using drop_atom = caf::atom_constant<caf::atom("drop")>;          // csl: discard shadows
+using claim_atom = caf::atom_constant<caf::atom("claim")>;        // csl: lead or join a miss
+using land_atom = caf::atom_constant<caf::atom("land")>;          // csl: a led execution ended
+using coaldone_atom = caf::atom_constant<caf::atom("coaldone")>;  // csl -> a joined waiter
+using leave_atom = caf::atom_constant<caf::atom("leave")>;        // csl: a waiter's bound passed
+using write_atom = caf::atom_constant<caf::atom("write")>;        // csl, root: records written
+using tier_atom = caf::atom_constant<caf::atom("tier")>;          // shared tier -> csl: answers
+using remote_atom = caf::atom_constant<caf::atom("remote")>;  // shared tier -> csl: others' writes
+using gate_atom = caf::atom_constant<caf::atom("gate")>;      // pricing: Action 0
+using rank_atom = caf::atom_constant<caf::atom("rank")>;      // pricing: frequency ranking
+using admit_atom = caf::atom_constant<caf::atom("admit")>;    // pricing: Action 1
+using setup_atom = caf::atom_constant<caf::atom("setup")>;    // pricing: predictor time
+using learn_atom = caf::atom_constant<caf::atom("learn")>;    // pricing: a resolution
+using usable_atom = caf::atom_constant<caf::atom("usable")>;  // pricing: consumed / missed
+using credit_atom = caf::atom_constant<caf::atom("credit")>;  // pricing: a chain stage served
+using refund_atom = caf::atom_constant<caf::atom("refund")>;  // pricing: a fill ran nothing
 using release_atom = caf::atom_constant<caf::atom("release")>;     // pricing: a fill ended
 using settle_atom = caf::atom_constant<caf::atom("settle")>;       // pricing, workflow
 using cost_atom = caf::atom_constant<caf::atom("cost")>;           // pricing: an execution's cost
@@ -228,12 +231,31 @@ struct Exec {
 };
 using ExecPtr = std::shared_ptr<const Exec>;
 
+// What the csl actor did with the shared tier (store/shared_tier.hpp), beside the tier's own
+// statistics.
+struct TierCounts {
+  std::uint64_t imported = 0;       // demands served by an entry another replica computed
+  std::uint64_t checks_failed = 0;  // local results refused: a record they read was written
+  std::uint64_t remote_writes = 0;  // writes other replicas took, applied here
+  std::uint64_t shared = 0;         // results written through to the tier
+};
+
 struct CslSnapshot {
   csl::Stats stats;
   std::size_t entries = 0;
   std::size_t shadows = 0;
   std::size_t bytes = 0;
+  TierCounts tier;
 };
+
+// The shared tier's answer to one of the csl actor's requests, sent back to it from the tier's
+// thread: `ok` (validate, write), `entry` (get).
+struct TierAnswer {
+  std::uint64_t id = 0;
+  bool ok = false;
+  std::optional<store::SharedEntry> entry;
+};
+using TierAnswerPtr = std::shared_ptr<const TierAnswer>;
 
 // -- pricing ----------------------------------------------------------------------------------
 
@@ -324,7 +346,7 @@ class Answer {
   std::atomic<bool> done_{false};
 };
 
-using WriteAnswerPtr = std::shared_ptr<Answer<std::uint64_t>>;
+using WriteAnswerPtr = std::shared_ptr<Answer<WriteResult>>;
 // The journals of the runs `dynrt explain` asked for, each as JSON.
 using ExplainAnswerPtr = std::shared_ptr<Answer<std::vector<nlohmann::json>>>;
 using PredictorContextPtr = std::shared_ptr<const PredictorContext>;
@@ -394,6 +416,9 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::ClaimReply)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::LandedPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::InsertPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::ReadRefs)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::run::ReadSnapshot)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::TierAnswerPtr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::WriteResult)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::EntryRefs)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::Hashes)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(dynrt::actors::CslSnapshot)

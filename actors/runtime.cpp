@@ -172,7 +172,8 @@ behavior root_actor(RootSelf self, std::shared_ptr<const RootInit> init) {
     svc->router.set_tools(cfg.tools);
     svc->tools = spawn_engine_actor(self, nullptr, cfg.tools, svc->time);
   }
-  svc->csl = spawn_csl_actor(self, CslConfig{cfg.csl, svc->time}, svc->counters, svc->board);
+  svc->csl = spawn_csl_actor(self, CslConfig{cfg.csl, svc->time, cfg.shared_library, svc->life},
+                             svc->counters, svc->board);
   pricing.board = svc->board;
   svc->pricing = spawn_pricing_actor(self, std::move(pricing));
   self->state.services = svc;
@@ -265,8 +266,8 @@ behavior root_actor(RootSelf self, std::shared_ptr<const RootInit> init) {
       // From outside the graph (Runtime::write): the answer goes back through the callback.
       [=](write_atom, const Strings& keys, const WriteAnswerPtr& answer) {
         self->request(self->state.services->csl, infinite, write_atom::value, keys)
-            .then([answer](std::uint64_t removed) { (*answer)(removed); },
-                  [answer](error&) { (*answer)(0); });
+            .then([answer](const WriteResult& r) { (*answer)(r); },
+                  [answer](error&) { (*answer)(WriteResult{}); });
       },
       // `dynrt explain`: the journals of `tenant`'s runs with workflow id `id` (of `workflow`, or
       // of every workflow): a live run's from its actor, an ended one's from the records.
@@ -628,15 +629,14 @@ std::future<std::size_t> Runtime::write(std::vector<std::string> keys, tenancy::
   auto promise = std::make_shared<std::promise<std::size_t>>();
   auto future = promise->get_future();
   write(
-      std::move(keys), [promise](std::size_t removed) { promise->set_value(removed); },
+      std::move(keys), [promise](WriteResult r) { promise->set_value(r.removed); },
       std::move(scope));
   return future;
 }
 
-void Runtime::write(std::vector<std::string> keys, std::function<void(std::size_t)> done,
+void Runtime::write(std::vector<std::string> keys, std::function<void(WriteResult)> done,
                     tenancy::WriteScope scope) {
-  auto answer = std::make_shared<Answer<std::uint64_t>>(
-      [done = std::move(done)](std::uint64_t removed) { done(removed); });
+  auto answer = std::make_shared<Answer<WriteResult>>(std::move(done));
   {
     std::shared_lock life(impl_->life);
     if (!impl_->stopped) {
@@ -645,7 +645,7 @@ void Runtime::write(std::vector<std::string> keys, std::function<void(std::size_
       return;
     }
   }
-  (*answer)(0);
+  (*answer)(WriteResult{});
 }
 
 void Runtime::explain(std::string id, std::function<void(std::vector<nlohmann::json>)> done,
@@ -669,6 +669,10 @@ std::future<std::vector<nlohmann::json>> Runtime::explain(std::string id, std::s
   return future;
 }
 
+bool Runtime::shares_library() const {
+  return impl_->config.shared_library != nullptr;
+}
+
 RuntimeStats Runtime::stats() const {
   RuntimeStats s;
   read_counters(*impl_->counters, s);
@@ -682,6 +686,14 @@ RuntimeStats Runtime::stats() const {
   s.csl_entries = csl.entries;
   s.csl_shadows = csl.shadows;
   s.csl_bytes = csl.bytes;
+  if (const auto& tier = impl_->config.shared_library) {
+    s.shared.enabled = true;
+    s.shared.imported = csl.tier.imported;
+    s.shared.checks_failed = csl.tier.checks_failed;
+    s.shared.remote_writes = csl.tier.remote_writes;
+    s.shared.shared = csl.tier.shared;
+    s.shared.tier = tier->stats();
+  }
   s.admission = pricing.stats;
   s.envelope = pricing.envelope;
   s.fills_in_flight = pricing.fills_in_flight;

@@ -31,6 +31,7 @@
 #include "runtime/csl/store.hpp"
 #include "runtime/expected.hpp"
 #include "runtime/tenancy.hpp"
+#include "store/shared_tier.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -55,6 +56,14 @@ struct EngineBinding {
   std::string name;  // for logs and stats
   std::shared_ptr<engines::Engine> engine;
   std::vector<std::string> models;  // models it serves; the first binding also takes the rest
+};
+
+// What a write did: the entries it removed here and, with a shared library tier, whether the
+// tier had it before the answer (false: it is in force on this replica only, and goes to the
+// tier when it is back; docs/scaling.md). Always false without a tier.
+struct WriteResult {
+  std::size_t removed = 0;
+  bool shared = false;
 };
 
 struct RuntimeConfig {
@@ -106,6 +115,12 @@ struct RuntimeConfig {
   int decode_slots = 0;  // the engines' decode slots for pricing; 0: from the engine's load
   double kv_tokens = 0;  // the engines' KV pool in tokens for pricing; 0: from the engine
   csl::Limits csl;
+  // A library tier shared with other replicas through Redis (store/shared_tier.hpp; `dynrt
+  // serve --library redis://...`): confirmed results are written through to it, a miss here
+  // looks there, results that read records are checked against it before they serve, and
+  // writes reach it before they are answered. None: this process's library only. One Runtime
+  // per tier.
+  std::shared_ptr<store::SharedTier> shared_library;
   admission::AdmissionConfig admission;
   admission::CostModelConfig costs;
   // The clock and timer service every deadline, TTL and wait of the graph uses (actors/time.hpp);
@@ -152,6 +167,16 @@ struct RuntimeStats {
   std::size_t csl_entries = 0;
   std::size_t csl_shadows = 0;
   std::size_t csl_bytes = 0;
+  // The shared library tier (RuntimeConfig::shared_library): what this replica did with it,
+  // and the tier's own counts. All zero without one.
+  struct Shared {
+    bool enabled = false;
+    std::uint64_t imported = 0;       // demands served by a result another replica computed
+    std::uint64_t checks_failed = 0;  // results here refused: a record they read was written
+    std::uint64_t remote_writes = 0;  // other replicas' writes applied here
+    std::uint64_t shared = 0;         // results written through
+    store::TierStats tier;
+  } shared;
   admission::AdmissionStats admission;
   double envelope = 0;              // the causal envelope rho_H now
   int fills_in_flight = 0;          // fill reservations the pricing actor holds
@@ -208,11 +233,13 @@ class Runtime {
   // results and the shared (`share: global`) ones only (runtime/tenancy.hpp).
   std::future<std::size_t> write(std::vector<std::string> keys,
                                  tenancy::WriteScope scope = tenancy::WriteScope::all());
-  // The same, answered by callback (from an actor's thread) instead of a future.
-  void write(std::vector<std::string> keys, std::function<void(std::size_t)> done,
+  // The same, answered by callback (from an actor's thread) instead of a future, with whether
+  // the write reached the shared library tier (WriteResult::shared).
+  void write(std::vector<std::string> keys, std::function<void(WriteResult)> done,
              tenancy::WriteScope scope = tenancy::WriteScope::all());
 
   RuntimeStats stats() const;
+  bool shares_library() const;                 // RuntimeConfig::shared_library is set
   std::vector<std::string> workflows() const;  // the loaded templates' names
 
   // `dynrt explain`: the journals of `tenant`'s runs with workflow id `id` (of `workflow`, or

@@ -231,6 +231,37 @@ behavior engine_actor(event_based_actor* self, std::shared_ptr<engines::Engine> 
 
 namespace {
 
+// A local result that read records, with what the shared tier checks before it serves: every
+// record key it read (its producers' too) and the oldest fence they were read under.
+struct TierMeta {
+  std::vector<std::string> keys;
+  csl::TierFence fence;
+};
+
+// A request to the shared tier whose answer the actor waits for.
+struct TierWait {
+  enum class Kind { validate, get, write };
+  Kind kind = Kind::get;
+  caf::response_promise promise;
+  ServeReply reply;           // validate: the local hit it checks
+  bool share = false;         // validate: a promotion to write through when it passes
+  TierMeta read;              // validate: what it read (the entry may leave while it is checked)
+  bool probe = false;         // validate: on failure, look for a current result in the tier
+  Duration ttl{0};            // validate: the hit's TTL left
+  Hash128 name;               // get, validate
+  std::uint64_t removed = 0;  // write: entries removed here
+};
+
+std::uint64_t ref_key(csl::EntryRef r) {
+  return (std::uint64_t{r.index} << 32) | r.generation;
+}
+
+// Two fences of one result: the older one, or none (never checkable) across epochs.
+csl::TierFence older(const csl::TierFence& a, const csl::TierFence& b) {
+  if (a.epoch != b.epoch) return {};
+  return {a.epoch, std::min(a.seq, b.seq)};
+}
+
 struct CslState {
   std::unique_ptr<csl::Store> store;
   std::shared_ptr<Counters> counters;
@@ -238,11 +269,80 @@ struct CslState {
   csl::Coalescer coalescer;
   std::unordered_map<csl::Ticket, std::pair<caf::actor, std::uint64_t>> waiters;  // actor, demand
   csl::Ticket next_ticket = 1;
+  std::shared_ptr<store::SharedTier> tier;  // none: a library of this process only
+  std::shared_ptr<LifeGate> life;
+  std::unordered_map<std::uint64_t, TierMeta> meta;  // by ref_key, entries that read records
+  std::unordered_map<std::uint64_t, TierWait> waits;
+  std::uint64_t next_wait = 1;
+  TierCounts tier_counts;
 
   // After every message: the board is what Runtime::stats() reads.
   void publish() const {
-    board->publish(
-        CslSnapshot{store->stats(), store->size(), store->shadow_count(), store->bytes()});
+    board->publish(CslSnapshot{store->stats(), store->size(), store->shadow_count(), store->bytes(),
+                               tier_counts});
+  }
+
+  csl::TierFence fence() const {
+    if (!tier) return {};
+    const auto f = tier->fence();
+    return {f.epoch, f.seq};
+  }
+
+  // After `in` was stored at `ref`: what the tier must check before it serves, if it read any
+  // record (itself, or through the entries it was built from).
+  void remember(csl::EntryRef ref, const csl::Insert& in) {
+    if (!tier) return;
+    TierMeta m;
+    std::optional<csl::TierFence> fence;
+    if (!in.reads.empty()) fence = in.fence;
+    for (const auto& r : in.reads)
+      m.keys.push_back(r.key);
+    for (const auto& p : in.producers) {
+      const auto it = meta.find(ref_key(p));
+      if (it == meta.end()) continue;
+      m.keys.insert(m.keys.end(), it->second.keys.begin(), it->second.keys.end());
+      fence = fence ? older(*fence, it->second.fence) : it->second.fence;
+    }
+    if (m.keys.empty()) return;
+    std::sort(m.keys.begin(), m.keys.end());
+    m.keys.erase(std::unique(m.keys.begin(), m.keys.end()), m.keys.end());
+    m.fence = *fence;
+    meta[ref_key(ref)] = std::move(m);
+  }
+
+  // Writes a confirmed result through to the tier, with what it read (`read`: none when it
+  // read no record), unless it read records under no fence: computed while the tier was
+  // unreachable, it cannot be shown fresh to another replica.
+  void share(const std::optional<TierMeta>& read, const Hash128& name, std::string bytes,
+             csl::Usage usage, Duration cost, Duration ttl) {
+    if (!tier) return;
+    store::SharedEntry e;
+    if (read) {
+      if (read->fence.epoch.empty()) return;
+      e.keys = read->keys;
+      e.fence = {read->fence.epoch, read->fence.seq};
+    } else {
+      e.fence = tier->fence();  // it read nothing: the fence only names the epoch
+      if (e.fence.epoch.empty()) return;
+    }
+    e.bytes = std::move(bytes);
+    e.usage = usage;
+    e.cost = cost;
+    e.ttl = ttl;
+    tier->put(name, std::move(e));
+    ++tier_counts.shared;
+  }
+
+  // What the live entry `ref` read, as remember() kept it.
+  std::optional<TierMeta> read_by(csl::EntryRef ref) const {
+    const auto it = meta.find(ref_key(ref));
+    if (it == meta.end()) return std::nullopt;
+    return it->second;
+  }
+
+  // Right after remember(ref, in): `ref` is live, so its meta is there if it read records.
+  void share(csl::EntryRef ref, const csl::Insert& in) {
+    share(read_by(ref), in.name, in.bytes, in.usage, in.cost, in.ttl);
   }
 };
 
@@ -258,37 +358,192 @@ ServeReply to_reply(const csl::Hit& hit, bool promoted) {
   return r;
 }
 
+// The callback a tier request answers through: a message back to the actor, unless the graph
+// has stopped (the tier's threads outlive no Runtime, but may answer while it stops).
+std::function<void(TierAnswer)> answer_to(stateful_actor<CslState>* self, std::uint64_t id) {
+  return [life = self->state.life, me = caf::actor_addr(self->address()), id](TierAnswer a) {
+    a.id = id;
+    auto msg = std::make_shared<const TierAnswer>(std::move(a));
+    life->run_if_open([&] {
+      if (auto to = caf::actor_cast<caf::actor>(me)) caf::anon_send(to, tier_atom::value, msg);
+    });
+  };
+}
+
+std::uint64_t wait_for(stateful_actor<CslState>* self, TierWait w) {
+  const auto id = self->state.next_wait++;
+  self->state.waits.emplace(id, std::move(w));
+  return id;
+}
+
+// The tier answered request `a.id`: the waiting demand (or write) gets its answer now.
+void tier_answered(stateful_actor<CslState>* self, const TierAnswer& a) {
+  auto& st = self->state;
+  auto it = st.waits.find(a.id);
+  if (it == st.waits.end()) return;
+  TierWait w = std::move(it->second);
+  st.waits.erase(it);
+  auto& store = *st.store;
+  switch (w.kind) {
+    case TierWait::Kind::validate:
+      if (a.ok) {
+        if (w.share)
+          st.share(std::move(w.read), w.name, *w.reply.bytes, w.reply.usage, w.reply.cost, w.ttl);
+        w.promise.deliver(w.reply);
+      } else {
+        // A record it read was written (through another replica, or the tier could not say):
+        // never served; gone here too, with what was built on it.
+        ++st.tier_counts.checks_failed;
+        store.drop(w.reply.ref);
+        if (!w.probe) {
+          w.promise.deliver(ServeReply{});
+          break;
+        }
+        // Another replica may have computed it again since the write: look there.
+        TierWait g;
+        g.kind = TierWait::Kind::get;
+        g.promise = std::move(w.promise);
+        g.name = w.name;
+        const auto id = wait_for(self, std::move(g));
+        st.tier->get(w.name, [cb = answer_to(self, id)](std::optional<store::SharedEntry> e) {
+          cb(TierAnswer{0, e.has_value(), std::move(e)});
+        });
+      }
+      break;
+    case TierWait::Kind::get: {
+      if (!a.entry) {
+        w.promise.deliver(ServeReply{});
+        break;
+      }
+      const auto& e = *a.entry;
+      // A local copy, first tier for the next demand; it keeps what the tier checked, so its
+      // later hits are checked the same way. Versions are this replica's as of now: a local
+      // write after this point refuses or removes it like any other result.
+      csl::Insert in;
+      in.name = w.name;
+      in.bytes = e.bytes;
+      in.usage = e.usage;
+      in.cost = e.cost;
+      in.reads = store.snapshot(e.keys);
+      in.ttl = e.ttl;
+      in.fence = {e.fence.epoch, e.fence.seq};
+      store.expire(64);
+      const auto res = store.put_confirmed(in);
+      if (res.status == csl::InsertStatus::stored) st.remember(res.ref, in);
+      ServeReply r;
+      r.found = true;
+      r.ref = res.status == csl::InsertStatus::stored || res.status == csl::InsertStatus::duplicate
+                  ? res.ref
+                  : csl::EntryRef{};
+      r.bytes = std::make_shared<const std::string>(e.bytes);
+      r.usage = e.usage;
+      r.cost = e.cost;
+      ++st.tier_counts.imported;
+      w.promise.deliver(r);
+      break;
+    }
+    case TierWait::Kind::write:
+      w.promise.deliver(WriteResult{w.removed, a.ok});
+      break;
+  }
+  st.publish();
+}
+
 }  // namespace
 
 behavior csl_actor(stateful_actor<CslState>* self, CslConfig config,
                    std::shared_ptr<Counters> counters, std::shared_ptr<StatsBoard> board) {
-  self->state.store = std::make_unique<csl::Store>(*config.clock, config.limits);
-  self->state.counters = counters;
-  self->state.board = std::move(board);
-  self->state.publish();
-  self->state.store->set_observer([counters](const Hash128&, csl::RemovalReason why) {
-    if (why == csl::RemovalReason::discarded) ++counters->shadows_discarded;
-  });
+  auto& init = self->state;
+  init.store = std::make_unique<csl::Store>(*config.clock, config.limits);
+  init.counters = counters;
+  init.board = std::move(board);
+  init.tier = std::move(config.tier);
+  init.life = std::move(config.life);
+  init.publish();
+  init.store->set_observer(
+      [self, counters](csl::EntryRef ref, const Hash128&, csl::RemovalReason why) {
+        if (why == csl::RemovalReason::discarded) ++counters->shadows_discarded;
+        if (!self->state.meta.empty()) self->state.meta.erase(ref_key(ref));
+      });
+  if (init.tier) {
+    // Another replica's write: its readers here go now (a lost message only keeps them longer:
+    // their next hit is checked against the tier anyway).
+    init.tier->on_invalidation(
+        [life = init.life, me = caf::actor_addr(self->address())](std::vector<std::string> keys) {
+          life->run_if_open([&] {
+            if (auto to = caf::actor_cast<caf::actor>(me))
+              caf::anon_send(to, remote_atom::value, Strings(std::move(keys)));
+          });
+        });
+  }
   return {
       // Probe (confirmed entries, when reuse is on), then promote (a shadow, when fills are
-      // on). One message, so no write can fall between the two.
-      [=](serve_atom, const Hash128& name, const ServeQuery& q) -> ServeReply {
-        auto& store = *self->state.store;
+      // on). One message, so no write can fall between the two. With the shared tier, a hit
+      // that read records is checked against it first, and a miss looks there.
+      [=](serve_atom, const Hash128& name, const ServeQuery& q) -> caf::result<ServeReply> {
+        auto& st = self->state;
+        auto& store = *st.store;
         store.expire(64);
         ServeReply r;
+        Duration ttl{0};
         if (q.probe)
-          if (auto hit = store.probe(name)) r = to_reply(*hit, false);
+          if (auto hit = store.probe(name)) {
+            r = to_reply(*hit, false);
+            ttl = hit->ttl_left;
+          }
         if (!r.found && q.promote)
           if (auto hit = store.promote(name)) {
             r = to_reply(*hit, true);
+            ttl = hit->ttl_left;
             // Without cross-request reuse a promoted result serves this demand only; the fill
             // chain built on it stays promotable (its later stages' demands come next).
             if (!q.keep) store.retire(hit->ref);
           }
-        self->state.publish();
-        return r;
+        st.publish();
+        if (!st.tier) return r;
+        const bool share = r.promoted && q.keep;
+        if (r.found) {
+          const auto m = st.meta.find(ref_key(r.ref));
+          if (m == st.meta.end()) {
+            if (share) st.share(std::nullopt, name, *r.bytes, r.usage, r.cost, ttl);
+            return r;
+          }
+          TierWait w;
+          w.kind = TierWait::Kind::validate;
+          w.promise = self->make_response_promise();
+          w.reply = r;
+          w.share = share;
+          w.probe = q.probe;
+          w.read = m->second;
+          w.ttl = ttl;
+          w.name = name;
+          const auto id = wait_for(self, std::move(w));
+          st.tier->validate(m->second.keys, {m->second.fence.epoch, m->second.fence.seq},
+                            [cb = answer_to(self, id)](bool ok) {
+                              cb(TierAnswer{0, ok, {}});
+                            });
+          return caf::result<ServeReply>(caf::delegated<ServeReply>());
+        }
+        if (!q.probe) return r;
+        TierWait w;
+        w.kind = TierWait::Kind::get;
+        w.promise = self->make_response_promise();
+        w.name = name;
+        const auto id = wait_for(self, std::move(w));
+        st.tier->get(name, [cb = answer_to(self, id)](std::optional<store::SharedEntry> e) {
+          cb(TierAnswer{0, e.has_value(), std::move(e)});
+        });
+        return caf::result<ServeReply>(caf::delegated<ServeReply>());
       },
-      [=](snap_atom, const Strings& keys) -> ReadRefs { return self->state.store->snapshot(keys); },
+      [=](tier_atom, const TierAnswerPtr& a) { tier_answered(self, *a); },
+      [=](remote_atom, const Strings& keys) {
+        ++self->state.tier_counts.remote_writes;
+        self->state.store->write(keys);
+        self->state.publish();
+      },
+      [=](snap_atom, const Strings& keys) -> run::ReadSnapshot {
+        return {self->state.store->snapshot(keys), self->state.fence()};
+      },
       // A canonical miss of a reusable stage: served if its result has meanwhile been stored,
       // else it leads an execution, joins the identical one in flight, or runs alone.
       [=](claim_atom, const Hash128& name, const Strings& keys, const EntryRefs& producers,
@@ -297,7 +552,9 @@ behavior csl_actor(stateful_actor<CslState>* self, CslConfig config,
         auto& store = *st.store;
         store.expire(64);
         ClaimReply r;
-        if (const auto ref = store.find(name); ref && store.state(*ref) == csl::State::confirmed)
+        // (A result the tier would have to check first is not served here: the execution runs.)
+        if (const auto ref = store.find(name);
+            ref && store.state(*ref) == csl::State::confirmed && !st.meta.count(ref_key(*ref)))
           if (auto hit = store.probe(name)) {
             r.found = true;
             r.hit = to_reply(*hit, false);
@@ -305,7 +562,12 @@ behavior csl_actor(stateful_actor<CslState>* self, CslConfig config,
             return r;
           }
         const csl::Ticket ticket = st.next_ticket++;
-        auto c = st.coalescer.claim(store, name, keys, producers, ticket, may_join);
+        r.fence = st.fence();  // before the versions: a write between the two only refuses more
+        // With the shared tier, an execution in flight that reads records is not joined: a write
+        // another replica took may have made it stale before this replica heard of it (the
+        // coalescer can only compare this replica's versions). Its result, stored, is checked.
+        const bool join = may_join && !(st.tier && !keys.empty());
+        auto c = st.coalescer.claim(store, name, keys, producers, ticket, join);
         r.kind = c.kind;
         r.execution = c.execution;
         r.reads = std::move(c.reads);
@@ -325,6 +587,10 @@ behavior csl_actor(stateful_actor<CslState>* self, CslConfig config,
         if (in) {
           st.store->expire(64);
           res = st.store->put_confirmed(*in);
+          if (res.status == csl::InsertStatus::stored) {
+            st.remember(res.ref, *in);
+            st.share(res.ref, *in);
+          }
         }
         auto out = std::make_shared<Landed>(*landed);
         if (in &&
@@ -345,10 +611,15 @@ behavior csl_actor(stateful_actor<CslState>* self, CslConfig config,
         self->state.waiters.erase(ticket);
       },
       [=](store_atom, const InsertPtr& in, bool shadow) -> csl::InsertResult {
-        auto& store = *self->state.store;
+        auto& st = self->state;
+        auto& store = *st.store;
         store.expire(64);
         auto res = shadow ? store.put_shadow(*in) : store.put_confirmed(*in);
-        self->state.publish();
+        if (res.status == csl::InsertStatus::stored) {
+          st.remember(res.ref, *in);
+          if (!shadow) st.share(res.ref, *in);
+        }
+        st.publish();
         return res;
       },
       [=](drop_atom, const EntryRefs& refs) {
@@ -356,13 +627,30 @@ behavior csl_actor(stateful_actor<CslState>* self, CslConfig config,
           self->state.store->discard(r);
         self->state.publish();
       },
-      [=](write_atom, const Strings& keys) -> std::uint64_t {
-        ++self->state.counters->writes;
-        const auto removed = self->state.store->write(keys);
-        self->state.publish();
-        return removed;
+      // In force here at once; with the shared tier, answered once the tier has it (or could
+      // not take it: then it is in force on this replica only, and sent when the tier is back).
+      [=](write_atom, const Strings& keys) -> caf::result<WriteResult> {
+        auto& st = self->state;
+        ++st.counters->writes;
+        const auto removed = st.store->write(keys);
+        st.publish();
+        if (!st.tier) return WriteResult{removed, false};
+        TierWait w;
+        w.kind = TierWait::Kind::write;
+        w.promise = self->make_response_promise();
+        w.removed = removed;
+        const auto id = wait_for(self, std::move(w));
+        st.tier->write(keys, [cb = answer_to(self, id)](bool shared) {
+          cb(TierAnswer{0, shared, {}});
+        });
+        return caf::result<WriteResult>(caf::delegated<WriteResult>());
       },
   };
+}
+
+caf::actor spawn_csl_actor(event_based_actor* parent, CslConfig config,
+                           std::shared_ptr<Counters> counters, std::shared_ptr<StatsBoard> board) {
+  return parent->spawn<linked>(csl_actor, std::move(config), std::move(counters), std::move(board));
 }
 
 // -- pricing
@@ -496,11 +784,6 @@ caf::actor spawn_engine_actor(event_based_actor* parent, std::shared_ptr<engines
                               std::shared_ptr<engines::ToolEngine> tools,
                               std::shared_ptr<const TimeService> time) {
   return parent->spawn<linked>(engine_actor, std::move(engine), std::move(tools), std::move(time));
-}
-
-caf::actor spawn_csl_actor(event_based_actor* parent, CslConfig config,
-                           std::shared_ptr<Counters> counters, std::shared_ptr<StatsBoard> board) {
-  return parent->spawn<linked>(csl_actor, std::move(config), std::move(counters), std::move(board));
 }
 
 caf::actor spawn_pricing_actor(event_based_actor* parent, PricingConfig config) {

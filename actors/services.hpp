@@ -35,6 +35,12 @@ void forward(const Services& services, const Request& request, std::shared_ptr<R
 struct CslConfig {
   csl::Limits limits;
   std::shared_ptr<const Clock> clock;  // TTLs
+  // The shared library tier, when configured: confirmed results are written through to it, a
+  // local miss looks there, a result that read records is checked against it before it
+  // serves, and writes reach it before they are answered. `life` guards the tier's callbacks
+  // (they run on its threads and message the actor).
+  std::shared_ptr<store::SharedTier> tier;
+  std::shared_ptr<LifeGate> life;
 };
 // The csl and the pricing actor publish their statistics on `board` after every message.
 caf::actor spawn_csl_actor(caf::event_based_actor* parent, CslConfig config,

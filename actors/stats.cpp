@@ -81,6 +81,23 @@ constexpr std::array kDerived = {
     DerivedSpec{"dynrt_csl_promotions_total", "counter", "Shadows promoted by an exact demand.", [](const RuntimeStats& s) { return double(s.csl.promotions); }},
     DerivedSpec{"dynrt_csl_invalidations_total", "counter", "Entries removed by writes (with cascade).", [](const RuntimeStats& s) { return double(s.csl.invalidated + s.csl.orphaned); }},
 };
+// The shared library tier's, exported only when one is configured.
+constexpr std::array kShared = {
+    DerivedSpec{"dynrt_shared_connected", "gauge", "1 while the shared library tier's Redis is reachable.", [](const RuntimeStats& s) { return double(s.shared.tier.connected); }},
+    DerivedSpec{"dynrt_shared_hits_total", "counter", "Local misses served by a result from the shared tier (computed by any replica).", [](const RuntimeStats& s) { return double(s.shared.imported); }},
+    DerivedSpec{"dynrt_shared_misses_total", "counter", "Shared tier lookups that found no current result.", [](const RuntimeStats& s) { return double(s.shared.tier.misses); }},
+    DerivedSpec{"dynrt_shared_stale_total", "counter", "Shared results found out of date (a record they read was written) and not served.", [](const RuntimeStats& s) { return double(s.shared.tier.stale); }},
+    DerivedSpec{"dynrt_shared_checks_failed_total", "counter", "Results held here refused before serving: the shared tier had a newer write to a record they read, or could not be asked.", [](const RuntimeStats& s) { return double(s.shared.checks_failed); }},
+    DerivedSpec{"dynrt_shared_puts_total", "counter", "Results written through to the shared tier.", [](const RuntimeStats& s) { return double(s.shared.tier.puts); }},
+    DerivedSpec{"dynrt_shared_puts_refused_total", "counter", "Results the shared tier refused: a record they read was written after they started.", [](const RuntimeStats& s) { return double(s.shared.tier.puts_refused); }},
+    DerivedSpec{"dynrt_shared_writes_total", "counter", "Writes that reached the shared tier before they were answered.", [](const RuntimeStats& s) { return double(s.shared.tier.writes); }},
+    DerivedSpec{"dynrt_shared_writes_deferred_total", "counter", "Writes answered while the shared tier was unreachable (in force on this replica; sent when it is back).", [](const RuntimeStats& s) { return double(s.shared.tier.writes_deferred); }},
+    DerivedSpec{"dynrt_shared_pending_writes", "gauge", "Record keys written while the shared tier was unreachable, not yet sent.", [](const RuntimeStats& s) { return double(s.shared.tier.pending_writes); }},
+    DerivedSpec{"dynrt_shared_invalidations_total", "counter", "Writes taken by other replicas, applied to this replica's library.", [](const RuntimeStats& s) { return double(s.shared.remote_writes); }},
+    DerivedSpec{"dynrt_shared_errors_total", "counter", "Shared tier requests that failed (unreachable, timed out, bad answer): each was a miss.", [](const RuntimeStats& s) { return double(s.shared.tier.errors); }},
+    DerivedSpec{"dynrt_shared_reconnects_total", "counter", "Connections to the shared tier's Redis established.", [](const RuntimeStats& s) { return double(s.shared.tier.reconnects); }},
+    DerivedSpec{"dynrt_shared_epoch_changes_total", "counter", "Times the shared tier's data was found replaced (Redis restarted empty): every shared result before it is void.", [](const RuntimeStats& s) { return double(s.shared.tier.epoch_changes); }},
+};
 // clang-format on
 
 }  // namespace
@@ -117,6 +134,9 @@ std::vector<Metric> metrics(const RuntimeStats& s) {
         {spec.name, spec.type, spec.help, spec.labels, static_cast<double>(s.*spec.stat)});
   for (const auto& spec : actors::kDerived)
     out.push_back({spec.name, spec.type, spec.help, {}, spec.value(s)});
+  if (s.shared.enabled)
+    for (const auto& spec : actors::kShared)
+      out.push_back({spec.name, spec.type, spec.help, {}, spec.value(s)});
   return out;
 }
 

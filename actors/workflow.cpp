@@ -254,7 +254,7 @@ void carry_out(Self self, DemandEffects fx) {
             // The answer waits for the write either way: a failed write is the graph stopping.
             self->request(csl, infinite, write_atom::value, e.records)
                 .then(
-                    [self, id = e.id](std::uint64_t) {
+                    [self, id = e.id](const WriteResult&) {
                       carry_out(self, self->state.flow->written(id));
                     },
                     [self, id = e.id](error&) { carry_out(self, self->state.flow->written(id)); });

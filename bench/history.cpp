@@ -246,7 +246,7 @@ struct Bench {
   const dsl::TemplateGraph* graph = nullptr;
   std::shared_ptr<engines::sim::SimEngine> engine, reference;
   std::shared_ptr<engines::Corpus> corpus;
-  std::unique_ptr<Runtime> runtime;
+  std::vector<std::unique_ptr<Runtime>> runtimes;  // the replicas
   std::unique_ptr<Checker> checker;
   std::vector<std::string> keys;
   std::map<std::string, std::string> base;  // the corpus texts before any write
@@ -297,22 +297,42 @@ Report run_history(const RunOptions& o) {
         tool_keys);
     for (const auto& doc : b->workload.corpus)
       b->checker->text(doc["key"], 1, doc["text"]);
-    RuntimeConfig cfg;
-    cfg.engines.push_back({"sim", std::make_shared<RecordingEngine>(b->engine, *b->checker), {}});
-    cfg.tools = std::make_shared<RecordingTools>(b->corpus, *b->checker);
-    cfg.template_paths = {o.templates};
-    cfg.workflow_idle = std::chrono::milliseconds(200);  // 10^5 runs: do not keep them all
-    auto rt = Runtime::create(cfg);
-    if (!rt.ok()) {
-      total.examples.push_back(rt.error().message);
+    if (o.replicas > 1 && o.library.empty()) {
+      total.examples.push_back("replicas need a shared library (RunOptions::library)");
       ++total.errors;
       return total;
     }
-    b->runtime = std::move(*rt);
+    for (int r = 0; r < std::max(1, o.replicas); ++r) {
+      RuntimeConfig cfg;
+      cfg.engines.push_back({"sim", std::make_shared<RecordingEngine>(b->engine, *b->checker), {}});
+      cfg.tools = std::make_shared<RecordingTools>(b->corpus, *b->checker);
+      cfg.template_paths = {o.templates};
+      cfg.workflow_idle = std::chrono::milliseconds(200);  // 10^5 runs: do not keep them all
+      if (!o.library.empty()) {
+        std::string why;
+        const auto address = store::RedisAddress::parse(o.library, &why);
+        if (!address) {
+          total.examples.push_back("--library: " + why);
+          ++total.errors;
+          return total;
+        }
+        store::TierConfig tier;
+        tier.address = *address;
+        tier.prefix = o.library_prefix + o.workloads[i] + ":";
+        cfg.shared_library = std::make_shared<store::SharedTier>(std::move(tier));
+      }
+      auto rt = Runtime::create(cfg);
+      if (!rt.ok()) {
+        total.examples.push_back(rt.error().message);
+        ++total.errors;
+        return total;
+      }
+      b->runtimes.push_back(std::move(*rt));
+    }
     benches.push_back(std::move(b));
   }
 
-  std::atomic<std::uint64_t> ops{0}, next_run{0};
+  std::atomic<std::uint64_t> ops{0}, next_run{0}, not_shared{0};
   std::atomic<bool> done{false};
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> writers, drivers;
@@ -323,7 +343,7 @@ Report run_history(const RunOptions& o) {
     auto& token = *tokens.back();
     writers.emplace_back([&, i] {
       std::mt19937_64 rng(o.seed * 7919 + i);
-      std::map<std::string, std::uint64_t> version;
+      std::size_t writes_made = 0;
       while (true) {
         token.acquire();
         if (done) return;
@@ -333,7 +353,15 @@ Report run_history(const RunOptions& o) {
             marked(b.base[key] + " Revision " + std::to_string(v) + ".", key, v);
         b.checker->text(key, v, text);  // before a tool can read it
         b.corpus->put(key, text);
-        if (o.tell_writes) b.runtime->write({key}).get();
+        if (o.tell_writes) {
+          // Through each replica in turn; answered once every replica's next call sees it, or
+          // (Redis unreachable) once it is in force on that replica only.
+          auto& through = *b.runtimes[writes_made++ % b.runtimes.size()];
+          std::promise<WriteResult> answered;
+          through.write({key}, [&](WriteResult r) { answered.set_value(r); });
+          const bool shared = answered.get_future().get().shared;
+          if (b.runtimes.size() > 1 && !shared) ++not_shared;
+        }
         b.checker->acked(key, v);
         if (++ops >= o.ops) done = true;
       }
@@ -360,7 +388,9 @@ Report run_history(const RunOptions& o) {
               token.release();
             if (++ops >= o.ops) done = true;
           };
-          const auto r = drive(*b.runtime, *b.graph, run, opts);
+          // Run affinity: the whole run on one replica, the replicas taken in turn.
+          auto& replica = *b.runtimes[static_cast<std::size_t>(d) % b.runtimes.size()];
+          const auto r = drive(replica, *b.graph, run, opts);
           if (!r.ok() && o.verbose)
             std::fprintf(stderr, "run %s: %s\n", run.workflow_id.c_str(), r.error.c_str());
         }
@@ -390,12 +420,17 @@ Report run_history(const RunOptions& o) {
     total.served_cache += r.served_cache;
     for (const auto& e : r.examples)
       if (total.examples.size() < 20) total.examples.push_back(b->graph->workflow + ": " + e);
-    const auto st = b->runtime->stats();
-    total.coalesced += st.coalesced;
-    total.invalidated += st.csl.invalidated;
-    total.stale_inserts += st.csl.stale_inserts;
-    b->runtime->shutdown();
+    for (auto& rt : b->runtimes) {
+      const auto st = rt->stats();
+      total.coalesced += st.coalesced;
+      total.invalidated += st.csl.invalidated;
+      total.stale_inserts += st.csl.stale_inserts;
+      total.shared_hits += st.shared.imported;
+      total.shared_checks_failed += st.shared.checks_failed;
+      rt->shutdown();
+    }
   }
+  total.writes_not_shared = not_shared;
   return total;
 }
 

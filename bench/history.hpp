@@ -61,6 +61,9 @@ struct Report {
   std::uint64_t reads_checked = 0;   // (record, version) pairs checked for staleness
   std::uint64_t served_engine = 0, served_fill = 0, served_cache = 0;
   std::uint64_t coalesced = 0, invalidated = 0, stale_inserts = 0;  // from the runtimes' stats
+  // With replicas: results one replica served that another computed, local results refused by
+  // the tier's check, writes that were answered not shared (Redis unreachable).
+  std::uint64_t shared_hits = 0, shared_checks_failed = 0, writes_not_shared = 0;
   std::vector<std::string> examples;  // the first violations, described
   double wall_s = 0;
   std::uint64_t ops() const { return writes + serves; }
@@ -126,6 +129,13 @@ struct RunOptions {
   // false: the writers change the corpus without telling dynrt (a harness that forgets
   // POST /v1/dynrt/writes); the checker must then find stale serves. Tests use it.
   bool tell_writes = true;
+  // Replicas per workload: each its own Runtime over the same engine and corpus, sharing their
+  // library through `library` (redis://...; required when replicas > 1). Each run goes to one
+  // replica (run affinity), the drivers spread runs over all of them, and the writer sends each
+  // write through the next replica in turn.
+  int replicas = 1;
+  std::string library;
+  std::string library_prefix = "dynrt-history:";  // keys of this run; the workload is added
 };
 
 // Runs the randomized history; the report says what it checked and found.

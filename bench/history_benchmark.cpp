@@ -4,6 +4,7 @@
 // counts, wall time and rate; exits 1 if any violation or error was found.
 //
 //   history_benchmark --ops 1000000
+//   history_benchmark --ops 1000000 --replicas 2 --library redis://127.0.0.1:6379
 #include "bench/history.hpp"
 
 #include <CLI/CLI.hpp>
@@ -24,6 +25,10 @@ int main(int argc, char** argv) {
   app.add_option("--runs", o.runs, "distinct runs per workload (they recur)");
   app.add_option("--templates", o.templates, "the template folder");
   app.add_option("--tenants", o.tenants, "tenants the runs are spread over (0: one, the default)");
+  app.add_option("--replicas", o.replicas,
+                 "runtimes per workload sharing one library through --library (runs spread over "
+                 "them, writes through each in turn)");
+  app.add_option("--library", o.library, "redis://HOST:PORT[/DB] for the shared library tier");
   app.add_flag("--verbose", o.verbose, "report failed runs");
   CLI11_PARSE(app, argc, argv);
 
@@ -40,6 +45,13 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(r.reads_checked),
               static_cast<unsigned long long>(r.invalidated),
               static_cast<unsigned long long>(r.stale_inserts));
+  if (o.replicas > 1)
+    std::printf(
+        "replicas          %d per workload; served from another's results %llu, local "
+        "results refused by the tier's check %llu, writes not shared %llu\n",
+        o.replicas, static_cast<unsigned long long>(r.shared_hits),
+        static_cast<unsigned long long>(r.shared_checks_failed),
+        static_cast<unsigned long long>(r.writes_not_shared));
   std::printf("stale serves      %llu\n", static_cast<unsigned long long>(r.stale));
   std::printf("unauthorized      %llu\n", static_cast<unsigned long long>(r.unauthorized));
   std::printf("cross-tenant      %llu (of %llu library and fill serves, %d tenants)\n",

@@ -11,7 +11,10 @@
 #include "gateway/server.hpp"
 #include "gateway/tls.hpp"
 
+#include "store/shared_tier.hpp"
+
 #include <spdlog/async.h>
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -85,6 +88,7 @@ struct ServeOptions {
   std::string log_level = "info";                 // debug: a line per near miss
   std::string log_format = "text";                // or json (one object per line)
   std::string record;                             // --record FILE: tagged traffic, JSON lines
+  std::string library;                            // --library redis://HOST:PORT[/DB]
   std::vector<engines::HttpToolSpec> http_tools;  // tools.NAME: {url, ...}
   std::map<std::string, run::ToolRecords, std::less<>> tool_records;
   std::size_t explain_runs = 1000;  // ended runs `dynrt explain` can still read
@@ -277,6 +281,7 @@ bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) 
       for (const auto& n : s)
         o.shared_stages.push_back(n.as<std::string>());
     if (root["record"] && !given("--record")) o.record = root["record"].as<std::string>();
+    if (root["library"] && !given("--library")) o.library = root["library"].as<std::string>();
     if (const auto l = root["log"]) {
       if (l["level"] && !given("--log-level")) o.log_level = l["level"].as<std::string>();
       if (l["format"] && !given("--log-format")) o.log_format = l["format"].as<std::string>();
@@ -350,6 +355,20 @@ std::string summary(const dsl::TemplateGraph& g) {
   return out.str();
 }
 
+// %* in a log pattern: the message as a JSON string.
+class JsonMessageFlag final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    const auto text = nlohmann::json(std::string(msg.payload.data(), msg.payload.size()))
+                          .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    dest.append(text.data(), text.data() + text.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<JsonMessageFlag>();
+  }
+};
+
 // The serve log: spdlog's asynchronous logger on stderr, so that a line logged from an actor's
 // thread never waits on the terminal (a full queue drops the oldest line instead).
 Expected<std::shared_ptr<spdlog::logger>> make_logger(const ServeOptions& o) {
@@ -369,6 +388,22 @@ Expected<std::shared_ptr<spdlog::logger>> make_logger(const ServeOptions& o) {
     logger->set_pattern("%v");
   else
     logger->set_pattern("%Y-%m-%dT%H:%M:%S.%eZ %l %v", spdlog::pattern_time_type::utc);
+  // Library code (the shared tier) logs through spdlog's default logger: the same sink and
+  // level, and in the JSON format one object per line with the message escaped.
+  // A sink of its own: a logger's pattern is set on its sinks.
+  auto library = std::make_shared<spdlog::async_logger>(
+      "dynrt-library", std::make_shared<spdlog::sinks::stderr_sink_mt>(), spdlog::thread_pool(),
+      spdlog::async_overflow_policy::overrun_oldest);
+  library->set_level(level);
+  if (o.log_format == "json") {
+    auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
+    formatter->add_flag<JsonMessageFlag>('*').set_pattern(
+        R"({"time":"%Y-%m-%dT%H:%M:%S.%eZ","level":"%l","message":%*})");
+    library->set_formatter(std::move(formatter));
+  } else {
+    library->set_pattern("%Y-%m-%dT%H:%M:%S.%eZ %l %v", spdlog::pattern_time_type::utc);
+  }
+  spdlog::set_default_logger(std::move(library));
   return std::shared_ptr<spdlog::logger>(std::move(logger));
 }
 
@@ -473,10 +508,25 @@ int serve(ServeOptions o, const CLI::App& cmd) {
   config.workflow_idle = std::chrono::milliseconds(o.workflow_idle_ms);
   config.max_live_runs = o.max_live_runs;
   config.shared_stages = o.shared_stages;
+  store::TierConfig library;
+  if (!o.library.empty()) {
+    std::string why;
+    const auto address = store::RedisAddress::parse(o.library, &why);
+    if (!address) {
+      std::cerr << "dynrt serve: --library " << o.library << ": " << why << "\n";
+      return kExitUsage;
+    }
+    library.address = *address;
+    library.max_ttl = config.csl.max_ttl;
+  }
   config.explain_runs = o.explain_runs;
   config.explain_keep = std::chrono::seconds(o.explain_keep_s);
   auto logger = make_logger(o);
+  // After the logger, which its lines go through. It connects on its own threads: serving
+  // starts at once, with misses until Redis answers.
   if (!logger) return kExitUsage;
+  if (!o.library.empty())
+    config.shared_library = std::make_shared<store::SharedTier>(std::move(library));
   if ((*logger)->should_log(spdlog::level::debug))
     config.on_near_miss = [logger = *logger,
                            json_format = o.log_format == "json"](const nlohmann::json& miss) {
@@ -571,8 +621,8 @@ int serve(ServeOptions o, const CLI::App& cmd) {
     // are queued unwritten (then it waits rather than lose a line).
     try {
       auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(o.record, false);
-      recorder = std::make_shared<spdlog::async_logger>(
-          "dynrt-record", sink, spdlog::thread_pool(), spdlog::async_overflow_policy::block);
+      recorder = std::make_shared<spdlog::async_logger>("dynrt-record", sink, spdlog::thread_pool(),
+                                                        spdlog::async_overflow_policy::block);
       recorder->set_pattern("%v");
       recorder->flush_on(spdlog::level::info);
     } catch (const spdlog::spdlog_ex& e) {
@@ -752,6 +802,10 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--record", o->record,
                   "Append every tagged call (request, response, how it was served, latency; never "
                   "keys or headers) to FILE as JSON lines, for `dynrt template draft`");
+  cmd->add_option("--library", o->library,
+                  "Share the library with every replica pointed at the same Redis "
+                  "(redis://HOST:PORT[/DB]): results computed by one serve the others, writes "
+                  "through any reach all (docs/scaling.md)");
   cmd->add_option("--explain-runs", o->explain_runs,
                   "Ended workflow runs whose journal `dynrt explain` can still read (0: keep no "
                   "journals)")

@@ -227,10 +227,12 @@ class Session final : public HttpConnection {
     auto scope = admin_ ? tenancy::WriteScope::all() : tenancy::WriteScope::of(caller_.tenant);
     gw_.runtime.write(
         std::move(parsed.keys),
-        [self = shared(), n](std::size_t removed) {
-          self->post([self, n, removed] {
-            self->respond(Status::ok, json{{"written", n}, {"invalidated", removed}}.dump(),
-                          "application/json");
+        [self = shared(), n, tiered = gw_.runtime.shares_library()](WriteResult r) {
+          self->post([self, n, r, tiered] {
+            json body{{"written", n}, {"invalidated", r.removed}};
+            // With a shared library: whether every replica sees it (docs/scaling.md).
+            if (tiered) body["shared"] = r.shared;
+            self->respond(Status::ok, body.dump(), "application/json");
           });
         },
         std::move(scope));

@@ -94,7 +94,7 @@ std::unique_ptr<Scenario> run_scenario() {
   // Every handler API changed: whatever read them is invalidated.
   std::optional<std::size_t> removed;
   s->runtime->write({"api:weather", "api:calendar", "api:email"},
-                    [&](std::size_t n) { removed = n; });
+                    [&](WriteResult r) { removed = r.removed; });
   EXPECT_TRUE(s->world->run_until([&] { return removed.has_value(); }));
   // Untagged: passed through. A tool nobody serves: an error.
   call(*s, [&](ReplyCallbacks cb) {

@@ -2,6 +2,7 @@
 // a stale serve and a wrong or misdirected result), and a short seeded randomized run of
 // concurrent Sub-Agent, ReAct and Routing workflows with fills, reuse and writes: zero violations.
 #include "bench/history.hpp"
+#include "tests/support/redis_server.hpp"
 
 #include <gtest/gtest.h>
 
@@ -105,6 +106,35 @@ TEST(History, ConcurrentWorkflowsFillsReuseAndWritesShowNoViolation) {
   EXPECT_GT(r.served_fill, 0u);
   EXPECT_GT(r.invalidated + r.stale_inserts, 0u);
   EXPECT_GT(r.reads_checked, 0u);
+}
+
+// Two replicas per workload sharing their library through a real redis-server, runs spread over
+// both, writes through both in turn: still no stale, unauthorized or cross-tenant serve, and
+// the replicas did serve each other's results.
+TEST(History, TwoReplicasSharingALibraryThroughRedisShowNoViolation) {
+  if (!testing::on_path("redis-server")) GTEST_SKIP() << "redis-server is not installed";
+  testing::RedisServer redis;
+  std::string why;
+  ASSERT_TRUE(redis.start(testing::free_port(), &why)) << why;
+  RunOptions o = short_run();
+  o.drivers = 4;  // two runs at a time on each replica
+  o.replicas = 2;
+  o.library = "redis://127.0.0.1:" + std::to_string(redis.port());
+  const auto r = run_history(o);
+  for (const auto& e : r.examples)
+    ADD_FAILURE() << e;
+  EXPECT_EQ(r.stale, 0u);
+  EXPECT_EQ(r.unauthorized, 0u);
+  EXPECT_EQ(r.cross_tenant, 0u);
+  EXPECT_EQ(r.errors, 0u);
+  EXPECT_EQ(r.writes_not_shared, 0u) << "Redis was up: every write reached it";
+  EXPECT_GE(r.ops(), o.ops);
+  // Not vacuous: results crossed replicas, and writes through one refused results held by the
+  // other (or removed them first).
+  EXPECT_GT(r.shared_hits, 0u);
+  EXPECT_GT(r.writes, 0u);
+  EXPECT_GT(r.served_cache, 0u);
+  EXPECT_GT(r.invalidated + r.stale_inserts + r.shared_checks_failed, 0u);
 }
 
 // The checker's own verdict on tenants: a result served from the library to a tenant that
