@@ -207,6 +207,8 @@ void count_served(Counters& counters, Served how);
 void count_finished(Counters& counters, branch::FillStatus status);
 // Reads the live counters into `stats`.
 void read_counters(const Counters& counters, RuntimeStats& stats);
+// The labelled figures of the engines that are pools of replicas, appended to `out`.
+void pool_metrics(const RuntimeStats& stats, std::vector<Metric>& out);
 // The answer to a call whose endpoint no engine or tool serves.
 Reply no_executor_reply(const std::string& endpoint);
 

@@ -699,6 +699,9 @@ RuntimeStats Runtime::stats() const {
   s.fills_in_flight = pricing.fills_in_flight;
   s.kv_reserved = pricing.kv_reserved;
   s.branches_open = pricing.open_branches;
+  for (const auto& b : impl_->config.engines)
+    if (const auto pool = std::dynamic_pointer_cast<engines::EnginePool>(b.engine))
+      s.pools.push_back({b.name, pool->stats()});
   return s;
 }
 

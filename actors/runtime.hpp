@@ -23,6 +23,7 @@
 
 #include "actors/time.hpp"
 #include "engines/engine.hpp"
+#include "engines/pool.hpp"
 #include "engines/tools/tool.hpp"
 #include "run/call.hpp"
 #include "run/stage.hpp"
@@ -189,6 +190,12 @@ struct RuntimeStats {
   std::uint64_t runs_expired = 0;    // ended after workflow_idle of quiet
   std::uint64_t runs_refused = 0;    // new runs refused (429): their key held its limit
   std::size_t actors_running = 0;    // every actor of the graph (root, engines, csl, pricing...)
+  // Each engine that is a pool of replicas (engines/pool.hpp), by its binding's name.
+  struct Pool {
+    std::string engine;
+    engines::PoolStats stats;
+  };
+  std::vector<Pool> pools;
 };
 
 // One figure of RuntimeStats as a metrics endpoint exports it (Prometheus names and types).
@@ -196,7 +203,7 @@ struct Metric {
   std::string_view name;
   std::string_view type;  // "counter" or "gauge"
   std::string_view help;
-  std::string_view labels;  // e.g. {served="fill"}; empty for none
+  std::string labels;  // e.g. {served="fill"}; empty for none
   double value = 0;
 };
 // Every figure of `stats`, in a stable order; a name with several label sets comes in a run.

@@ -102,6 +102,68 @@ constexpr std::array kShared = {
 
 }  // namespace
 
+namespace {
+
+// A Prometheus label value: backslash, double quote and line feed escaped.
+std::string label_value(std::string_view v) {
+  std::string out;
+  for (const char c : v) {
+    if (c == '\\' || c == '"')
+      out += {'\\', c};
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+// One run of each name, a label set per replica; only for engines that are pools.
+void pool_metrics(const RuntimeStats& s, std::vector<Metric>& out) {
+  if (s.pools.empty()) return;
+  const auto each = [&](std::string_view name, std::string_view type, std::string_view help,
+                        auto&& value) {
+    for (const auto& p : s.pools)
+      for (const auto& r : p.stats.replicas)
+        value(name, type, help,
+              "{engine=\"" + label_value(p.engine) + "\",replica=\"" + label_value(r.name) + "\"",
+              r);
+  };
+  each("dynrt_engine_replica_requests_total", "counter",
+       "Requests a pool sent to each replica (failovers included), by kind.",
+       [&](auto n, auto t, auto h, const std::string& l, const engines::ReplicaStats& r) {
+         out.push_back({n, t, h, l + ",kind=\"canonical\"}", double(r.canonical)});
+         out.push_back({n, t, h, l + ",kind=\"fill\"}", double(r.fills)});
+       });
+  each("dynrt_engine_replica_failures_total", "counter",
+       "Requests that failed on each replica of a pool with a fault of the replica.",
+       [&](auto n, auto t, auto h, const std::string& l, const engines::ReplicaStats& r) {
+         out.push_back({n, t, h, l + "}", double(r.failures)});
+       });
+  each("dynrt_engine_replica_in_flight", "gauge", "Requests a pool has in flight on each replica.",
+       [&](auto n, auto t, auto h, const std::string& l, const engines::ReplicaStats& r) {
+         out.push_back({n, t, h, l + "}", double(r.in_flight)});
+       });
+  each("dynrt_engine_replica_load", "gauge",
+       "Each replica's busy share of its capacity as the pool reads it (reported running and "
+       "queued requests or its own in flight, and KV occupancy, whichever is higher).",
+       [&](auto n, auto t, auto h, const std::string& l, const engines::ReplicaStats& r) {
+         out.push_back({n, t, h, l + "}", r.load});
+       });
+  each("dynrt_engine_replica_available", "gauge",
+       "1 while a pool sends canonical requests to the replica (its circuit is not open).",
+       [&](auto n, auto t, auto h, const std::string& l, const engines::ReplicaStats& r) {
+         out.push_back(
+             {n, t, h, l + "}", double(r.canonical_circuit != engines::CircuitState::open)});
+       });
+  for (const auto& p : s.pools)
+    out.push_back({"dynrt_engine_failovers_total", "counter",
+                   "Canonical requests a pool moved to another replica after a replica failed.",
+                   "{engine=\"" + label_value(p.engine) + "\"}", double(p.stats.failovers)});
+}
+
 void read_counters(const Counters& c, RuntimeStats& s) {
   for (const auto& spec : kCounters)
     s.*spec.stat = (c.*spec.live).load(std::memory_order_relaxed);
@@ -130,13 +192,14 @@ namespace dynrt {
 std::vector<Metric> metrics(const RuntimeStats& s) {
   std::vector<Metric> out;
   for (const auto& spec : actors::kCounters)
-    out.push_back(
-        {spec.name, spec.type, spec.help, spec.labels, static_cast<double>(s.*spec.stat)});
+    out.push_back({spec.name, spec.type, spec.help, std::string(spec.labels),
+                   static_cast<double>(s.*spec.stat)});
   for (const auto& spec : actors::kDerived)
     out.push_back({spec.name, spec.type, spec.help, {}, spec.value(s)});
   if (s.shared.enabled)
     for (const auto& spec : actors::kShared)
       out.push_back({spec.name, spec.type, spec.help, {}, spec.value(s)});
+  actors::pool_metrics(s, out);
   return out;
 }
 

@@ -222,6 +222,19 @@ bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) 
       for (const auto& e : es) {
         engines::EngineSpec spec;
         spec.url = e["url"].as<std::string>("sim");
+        if (const auto urls = e["urls"]) {
+          // Replicas of one model: a pool (engines/pool.hpp).
+          if (!urls.IsSequence() || urls.size() == 0 || e["url"]) {
+            const auto mark = urls.Mark();
+            std::cerr << "dynrt serve: " << path << ":" << mark.line + 1 << ":" << mark.column + 1
+                      << ": engines: urls must be a non-empty list of the replicas' URLs, "
+                         "given instead of url\n";
+            return false;
+          }
+          spec.url.clear();
+          for (const auto& u : urls)
+            spec.url += (spec.url.empty() ? "" : ",") + u.as<std::string>();
+        }
         if (e["models"])
           for (const auto& m : e["models"])
             spec.models.push_back(m.as<std::string>());
@@ -705,8 +718,9 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("templates", o->templates, "Template files or folders")->required();
   cmd->add_option("--engine", o->engine_flags,
                   "An engine: sim (the embedded simulated engine), or [MODEL,...=]URL of an "
-                  "OpenAI-compatible server; repeat for several (the first takes the models "
-                  "no other names)");
+                  "OpenAI-compatible server; URL1,URL2,... makes a pool of replicas of the "
+                  "model (least-loaded dispatch, failover); repeat for several engines (the "
+                  "first takes the models no other names)");
   cmd->add_option("--config", o->config, "YAML configuration file");
   cmd->add_option("--host", o->host,
                   "Address to listen on; other than loopback it needs --keys (or "

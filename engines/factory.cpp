@@ -1,8 +1,11 @@
 #include "engines/factory.hpp"
 
 #include "engines/openai/engine.hpp"
+#include "engines/pool.hpp"
 #include "engines/sim/engine.hpp"
 #include "engines/sim/profiles.hpp"
+
+#include <algorithm>
 
 namespace dynrt::engines {
 
@@ -27,8 +30,11 @@ Expected<std::shared_ptr<Engine>> make_sim_engine(const SimSpec& sim) {
   return std::shared_ptr<Engine>(std::make_shared<sim::SimEngine>(params, std::move(script), so));
 }
 
-Expected<std::shared_ptr<Engine>> make_openai_engine(const EngineSpec& e) {
+Expected<std::shared_ptr<Engine>> make_openai_engine(const EngineSpec& e, bool pooled) {
   OpenAiOptions oo;
+  // In a pool, a request the replica did not run moves to another replica at once rather than
+  // retrying this one after a backoff (engines/pool.hpp).
+  if (pooled) oo.retry.max_attempts = 1;
   oo.base_url = e.url;
   while (!oo.base_url.empty() && oo.base_url.back() == '/')
     oo.base_url.pop_back();
@@ -53,13 +59,46 @@ Expected<std::shared_ptr<Engine>> make_openai_engine(const EngineSpec& e) {
   return std::shared_ptr<Engine>(std::make_shared<OpenAiEngine>(oo));
 }
 
-}  // namespace
-
-Expected<std::shared_ptr<Engine>> make_engine(const EngineSpec& spec, const SimSpec& sim) {
+Expected<std::shared_ptr<Engine>> make_one(const EngineSpec& spec, const SimSpec& sim,
+                                           bool pooled) {
   if (spec.url == "sim") return make_sim_engine(sim);
   if (spec.url.rfind("http://", 0) == 0 || spec.url.rfind("https://", 0) == 0)
-    return make_openai_engine(spec);
+    return make_openai_engine(spec, pooled);
   return make_error("engine \"" + spec.url + "\" is neither sim nor an http:// or https:// URL");
+}
+
+}  // namespace
+
+std::vector<std::string> replica_urls(const std::string& url) {
+  std::vector<std::string> out;
+  std::size_t from = 0;
+  while (true) {
+    const auto comma = url.find(',', from);
+    out.push_back(url.substr(from, comma == std::string::npos ? comma : comma - from));
+    if (comma == std::string::npos) break;
+    from = comma + 1;
+  }
+  return out;
+}
+
+Expected<std::shared_ptr<Engine>> make_engine(const EngineSpec& spec, const SimSpec& sim) {
+  const auto urls = replica_urls(spec.url);
+  if (urls.size() == 1) return make_one(spec, sim, false);
+  std::vector<std::shared_ptr<Engine>> replicas;
+  for (const auto& url : urls) {
+    if (url.empty())
+      return make_error("engine \"" + spec.url + "\": an empty URL in the pool's list");
+    if (std::count(urls.begin(), urls.end(), url) > 1 && url != "sim")
+      return make_error("engine \"" + spec.url + "\": " + url + " is listed twice");
+    EngineSpec one = spec;
+    one.url = url;
+    auto engine = make_one(one, sim, true);
+    if (!engine) return engine.error();
+    replicas.push_back(std::move(*engine));
+  }
+  PoolOptions po;
+  po.name = spec.url;
+  return std::shared_ptr<Engine>(std::make_shared<EnginePool>(std::move(replicas), po));
 }
 
 }  // namespace dynrt::engines

@@ -16,7 +16,9 @@ namespace dynrt::engines {
 
 // One engine: the embedded simulated engine or an OpenAI-compatible server.
 struct EngineSpec {
-  std::string url = "sim";  // "sim" or http(s)://host:port (a trailing / or /v1 is dropped)
+  // "sim" or http(s)://host:port (a trailing / or /v1 is dropped); several, separated by
+  // commas, are replicas of the same model behind one pool (engines/pool.hpp).
+  std::string url = "sim";
   std::vector<std::string> models;
   std::string flavor = "automatic";  // vllm, sglang, llamacpp, generic or automatic
   int max_num_seqs = 256;
@@ -33,7 +35,10 @@ struct SimSpec {
   double interference_scale = 1.0;  // the engine's true interference over the price curves'
 };
 
-// A new engine as `spec` says; `sim` applies to a spec whose url is "sim".
+// The replicas a spec's url lists: one URL, or several separated by commas.
+std::vector<std::string> replica_urls(const std::string& url);
+
+// A new engine as `spec` says (a pool when its url lists several); `sim` applies to each "sim".
 Expected<std::shared_ptr<Engine>> make_engine(const EngineSpec& spec, const SimSpec& sim);
 
 }  // namespace dynrt::engines

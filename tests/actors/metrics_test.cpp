@@ -289,3 +289,38 @@ TEST(Metrics, TheDashboardReadsOnlyExportedMetrics) {
 
 }  // namespace
 }  // namespace dynrt::testing
+
+namespace dynrt {
+namespace {
+
+TEST(Metrics, APoolIsExportedPerReplicaWithItsLabelsEscaped) {
+  RuntimeStats s;
+  const auto plain = metrics(s);
+  EXPECT_TRUE(std::none_of(plain.begin(), plain.end(), [](const Metric& m) {
+    return m.name.starts_with("dynrt_engine_replica_") || m.name == "dynrt_engine_failovers_total";
+  }));  // no pool, none of its figures
+  engines::PoolStats p;
+  p.failovers = 3;
+  p.replicas.push_back({"http://a:8000", 5, 2, 1, 1, 0.25, engines::CircuitState::closed,
+                        engines::CircuitState::closed});
+  p.replicas.push_back(
+      {"http://b\"x", 7, 0, 4, 0, 0, engines::CircuitState::open, engines::CircuitState::open});
+  s.pools.push_back({"qwen", p});
+  std::map<std::string, double> got;
+  for (const auto& m : metrics(s))
+    got[std::string(m.name) + m.labels] = m.value;
+  const std::string a = R"({engine="qwen",replica="http://a:8000")";
+  const std::string b = R"({engine="qwen",replica="http://b\"x")";
+  EXPECT_EQ(got.at("dynrt_engine_replica_requests_total" + a + R"(,kind="canonical"})"), 5);
+  EXPECT_EQ(got.at("dynrt_engine_replica_requests_total" + a + R"(,kind="fill"})"), 2);
+  EXPECT_EQ(got.at("dynrt_engine_replica_requests_total" + b + R"(,kind="canonical"})"), 7);
+  EXPECT_EQ(got.at("dynrt_engine_replica_failures_total" + b + "}"), 4);
+  EXPECT_EQ(got.at("dynrt_engine_replica_in_flight" + a + "}"), 1);
+  EXPECT_EQ(got.at("dynrt_engine_replica_load" + a + "}"), 0.25);
+  EXPECT_EQ(got.at("dynrt_engine_replica_available" + a + "}"), 1);
+  EXPECT_EQ(got.at("dynrt_engine_replica_available" + b + "}"), 0);
+  EXPECT_EQ(got.at(R"(dynrt_engine_failovers_total{engine="qwen"})"), 3);
+}
+
+}  // namespace
+}  // namespace dynrt

@@ -1,9 +1,12 @@
 """What the end-to-end scripts share: checks that note a failure and go on, stopping
 `dynrt serve` as an operator does, and the summary that becomes the exit status."""
+import http.client
+import json
 import re
 import signal
 import subprocess
 import threading
+import time
 
 FAILURES = []
 
@@ -65,3 +68,37 @@ class Output:
             found = self.cond.wait_for(lambda: needle in self.text, seconds)
         check(found, "dynrt serve printed %r (got %r)" % (needle, self.text[-400:]))
         return found
+
+
+def request(port, method, path, body=None, headers=None, timeout=60):
+    """One HTTP exchange on loopback: (status, headers, body text)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    h = dict(headers or {})
+    if body is not None:
+        h["Content-Type"] = "application/json"
+    conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=h)
+    resp = conn.getresponse()
+    out = resp.status, dict(resp.getheaders()), resp.read().decode()
+    conn.close()
+    return out
+
+
+def metrics(port):
+    """The dynrt_ series of a /metrics page: {name with labels: value}."""
+    _, _, text = request(port, "GET", "/metrics")
+    got = {}
+    for line in text.splitlines():
+        if line.startswith("dynrt_"):
+            name, value = line.rsplit(" ", 1)
+            got[name] = float(value)
+    return got
+
+
+def until(predicate, seconds=20):
+    """Polls `predicate` (a state the servers reach by themselves, e.g. a reconnection)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False

@@ -16,35 +16,21 @@ of one `dynrt-sim-engine`.
   speculation is lost.
 usage: replicas_e2e.py DYNRT SIM   (run from the repository root)
 """
-import http.client
 import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-from checks import check, launch, stop, summary
+from checks import check, launch, metrics, request, stop, summary, until
 
 DYNRT, SIM = sys.argv[1], sys.argv[2]
 ROUTER_SYSTEM = ("You route requests to handlers. Think step by step, then end with one line "
                  "`HANDLER: <name>`, where <name> is weather, calendar or email.")
-
-
-def request(port, method, path, body=None, headers=None):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    h = dict(headers or {})
-    if body is not None:
-        h["Content-Type"] = "application/json"
-    conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=h)
-    resp = conn.getresponse()
-    out = resp.status, dict(resp.getheaders()), resp.read().decode()
-    conn.close()
-    return out
 
 
 def tags(run, stage):
@@ -83,16 +69,6 @@ def turn(ports, run, query):
                       tags(run, "execute"))
     out["execute"] = (s, h.get("X-DynRT-Served"), b)
     return out, handler
-
-
-def metrics(port):
-    _, _, text = request(port, "GET", "/metrics")
-    got = {}
-    for line in text.splitlines():
-        if line.startswith("dynrt_"):
-            name, value = line.rsplit(" ", 1)
-            got[name] = float(value)
-    return got
 
 
 def write(port, keys):
@@ -138,16 +114,6 @@ def written_through(port, puts):
     """Results are written through in the background once answered: waits until `port` has."""
     check(until(lambda: metrics(port).get("dynrt_shared_puts_total", 0) >= puts),
           "the replica wrote its results through (%d)" % puts)
-
-
-def until(predicate, seconds=20):
-    """Polls `predicate` (a state the replicas reach by themselves, e.g. a reconnection)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def main():
