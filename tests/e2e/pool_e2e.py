@@ -8,6 +8,8 @@ model (`--engine MODEL=URL1,URL2`).
   every answer is the one A gives directly for the same body, B is taken out (its circuit
   open) and the calls that found it dead moved to A; a streamed call afterwards works.
 - Every dynrt_engine_replica_ metric and dynrt_engine_failovers_total have their values.
+- The configuration file's `urls:` makes the same pool; `urls` with `url`, and a URL listed
+  twice, are refused with the file's position or the URL.
 usage: pool_e2e.py DYNRT SIM   (run from the repository root)
 """
 import json
@@ -15,6 +17,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -94,6 +97,28 @@ def concurrent_turns(port, runs, turns, prefix, log, after_first=None):
         t.join()
 
 
+def configured(url_a, url_b):
+    """The pool from a configuration file, and the mistakes it refuses."""
+    tmp = tempfile.mkdtemp(prefix="dynrt-pool-config-")
+    path = lambda name: os.path.join(tmp, name)
+    with open(path("pool.yaml"), "w") as f:
+        f.write("engines:\n  - urls: [%s, %s]\n    models: [%s]\n" % (url_a, url_b, MODEL))
+    d, _, line = launch([DYNRT, "serve", "templates", "--port", "0", "--config", path("pool.yaml")],
+                        r":(\d+) ")
+    check("%s,%s" % (url_a, url_b) in line, "urls: in the file makes the pool: " + line)
+    stop(d)
+    with open(path("both.yaml"), "w") as f:
+        f.write("engines:\n  - url: %s\n    urls: [%s]\n" % (url_a, url_b))
+    with open(path("twice.yaml"), "w") as f:
+        f.write("engines:\n  - urls: [%s, %s]\n" % (url_a, url_a))
+    for name, expect in (("both.yaml", "both.yaml:3:"), ("twice.yaml", "listed twice")):
+        r = subprocess.run([DYNRT, "serve", "templates", "--port", "0", "--config", path(name)],
+                           capture_output=True, text=True, timeout=30)
+        check(r.returncode == 2 and expect in r.stderr,
+              "%s is refused (%d %s)" % (name, r.returncode, r.stderr[:200]))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="dynrt-pool-")
     reasoning = " ".join(["step"] * 60)
@@ -124,6 +149,7 @@ def run(script):
         raise
     try:
         check(url_a in line and url_b in line, "the start line names both replicas: " + line)
+        configured(url_a, url_b)
 
         # -- by reported load ---------------------------------------------------------------
         # B busy with long requests that do not go through dynrt.
