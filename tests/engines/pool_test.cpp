@@ -2,10 +2,13 @@
 // requests until the test answers them, so every dispatch and failover is decided by the
 // test's own steps (no threads, no network, an injected clock for the breakers).
 #include "engines/pool.hpp"
+#include "engines/sim/engine.hpp"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
+#include <thread>
 
 namespace dynrt::engines {
 namespace {
@@ -303,6 +306,59 @@ TEST(PoolLoad, SharesOfEnginesThatReportAFractionAreAveraged) {
   fb->snapshot.kv_total = 1;
   EnginePool pool({fa, fb});
   EXPECT_DOUBLE_EQ(pool.load().kv_occupancy(), 0.4);
+}
+
+// Real engines on their own threads, callers on four more: every request ends exactly once,
+// whatever the interleaving of submits, answers and cancels (TSan runs this in CI).
+struct Counting final : ResponseSink {
+  explicit Counting(std::atomic<int>& ended) : ended_(ended) {}
+  void on_chunk(std::string_view) override {}
+  void on_complete(EngineResult) override { end(); }
+  void on_error(EngineError) override { end(); }
+  void end() {
+    ++calls;
+    ++ended_;
+  }
+  std::atomic<int> calls{0};
+  std::atomic<int>& ended_;
+};
+
+TEST(PoolOverSimEngines, ConcurrentSubmitsAndCancelsEndEveryRequestOnce) {
+  sim::SimEngineOptions eo;
+  eo.time_scale = 0.05;  // a request lasts a few real milliseconds: cancels meet live ones
+  auto a = std::make_shared<sim::SimEngine>(sim::SimParams{}, sim::Script{}, eo);
+  auto b = std::make_shared<sim::SimEngine>(sim::SimParams{}, sim::Script{}, eo);
+  EnginePool pool({a, b});
+  std::atomic<int> ended{0};
+  std::vector<std::shared_ptr<Counting>> sinks;
+  std::mutex sinks_mutex;
+  constexpr int kThreads = 4, kEach = 100;
+  std::vector<std::thread> callers;
+  for (int t = 0; t < kThreads; ++t)
+    callers.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        auto sink = std::make_shared<Counting>(ended);
+        {
+          std::lock_guard lock(sinks_mutex);
+          sinks.push_back(sink);
+        }
+        EngineRequest r = request(i % 4 == 0 ? RequestKind::fill : RequestKind::canonical);
+        r.body["messages"] = {{{"role", "user"}, {"content", std::to_string(t * kEach + i)}}};
+        const auto h = pool.submit(std::move(r), sink);
+        if (i % 3 == 0) pool.cancel(h);
+      }
+    });
+  for (auto& c : callers)
+    c.join();
+  a->drain();
+  b->drain();
+  EXPECT_EQ(ended.load(), kThreads * kEach);
+  for (const auto& s : sinks)
+    EXPECT_EQ(s->calls.load(), 1);
+  const auto st = pool.stats();
+  EXPECT_EQ(st.replicas[0].in_flight + st.replicas[1].in_flight, 0);
+  EXPECT_GT(st.replicas[0].canonical, 0u);
+  EXPECT_GT(st.replicas[1].canonical, 0u);
 }
 
 }  // namespace
