@@ -12,7 +12,6 @@ model (`--engine MODEL=URL1,URL2`).
   twice, are refused with the file's position or the URL.
 usage: pool_e2e.py DYNRT SIM   (run from the repository root)
 """
-import json
 import os
 import re
 import shutil
@@ -22,30 +21,15 @@ import sys
 import tempfile
 import threading
 
+from routing import ROUTER_SYSTEM, chat, content, handler_system, write_script
 from checks import check, launch, metrics, request, stop, summary, until
 
 DYNRT, SIM = sys.argv[1], sys.argv[2]
 MODEL = "qwen3-32b"
-ROUTER_SYSTEM = ("You route requests to handlers. Think step by step, then end with one line "
-                 "`HANDLER: <name>`, where <name> is weather, calendar or email.")
-
-
-def chat(system, user, max_tokens):
-    return {"model": MODEL, "temperature": 0, "max_tokens": max_tokens,
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}
-
-
-def handler_system(h):
-    return ("You are the %s handler. Reply with exactly one JSON object {\"function\": ..., "
-            "\"arguments\": {...}} that calls the %s API." % (h, h))
 
 
 def tags(run, stage):
     return {"X-DynRT-Workflow": "routing", "X-DynRT-Workflow-Id": run, "X-DynRT-Stage": stage}
-
-
-def content(body):
-    return json.loads(body)["choices"][0]["message"]["content"]
 
 
 def turn(port, run, query, log):
@@ -121,14 +105,9 @@ def configured(url_a, url_b):
 
 def main():
     tmp = tempfile.mkdtemp(prefix="dynrt-pool-")
-    reasoning = " ".join(["step"] * 60)
     script = os.path.join(tmp, "script.jsonl")
-    with open(script, "w") as f:
-        for h in ("weather", "calendar", "email"):
-            f.write(json.dumps({"contains": "[route %s]" % h,
-                                "response": reasoning + "\nHANDLER: " + h}) + "\n")
-        # About 2 s of decode at this time scale: what keeps replica B busy.
-        f.write(json.dumps({"contains": "[long]", "response": " ".join(["word"] * 3000)}) + "\n")
+    # "[long]": about 2 s of decode at this time scale, what keeps replica B busy.
+    write_script(script, [("[long]", " ".join(["word"] * 3000))])
     try:
         return run(script)
     finally:

@@ -26,25 +26,14 @@ import sys
 import tempfile
 import time
 
+from routing import ROUTER_SYSTEM, chat, handler_system, write_script
 from checks import check, launch, metrics, request, stop, summary, until
 
 DYNRT, SIM = sys.argv[1], sys.argv[2]
-ROUTER_SYSTEM = ("You route requests to handlers. Think step by step, then end with one line "
-                 "`HANDLER: <name>`, where <name> is weather, calendar or email.")
 
 
 def tags(run, stage):
     return {"X-DynRT-Workflow": "routing", "X-DynRT-Workflow-Id": run, "X-DynRT-Stage": stage}
-
-
-def chat(system, user, max_tokens):
-    return {"model": "qwen3-32b", "temperature": 0, "max_tokens": max_tokens,
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}
-
-
-def handler_system(h):
-    return ("You are the %s handler. Reply with exactly one JSON object {\"function\": ..., "
-            "\"arguments\": {...}} that calls the %s API." % (h, h))
 
 
 def turn(ports, run, query):
@@ -121,11 +110,7 @@ def main():
         print("redis-server is not installed (scripts/install-deps.sh installs it)")
         return 77
     tmp = tempfile.mkdtemp(prefix="dynrt-replicas-")
-    reasoning = " ".join(["step"] * 60)
-    with open(os.path.join(tmp, "script.jsonl"), "w") as f:
-        for h in ("weather", "calendar", "email"):
-            f.write(json.dumps({"contains": "[route %s]" % h,
-                                "response": reasoning + "\nHANDLER: " + h}) + "\n")
+    write_script(os.path.join(tmp, "script.jsonl"))
     with open(os.path.join(tmp, "corpus.json"), "w") as f:
         json.dump({"documents": [{"key": "api:" + h, "text": h + " API: ok"}
                                  for h in ("weather", "calendar", "email")],
