@@ -10,7 +10,7 @@ packages=(
   libboost-dev libboost-system-dev libkainjow-mustache-dev
   libre2-dev libhiredis-dev redis-server
   libgtest-dev libgmock-dev libbenchmark-dev python3-jsonschema python3-yaml
-  python3-matplotlib
+  python3-matplotlib python3-httpx
   clang libclang-rt-14-dev llvm-14 clang-format
 )
 

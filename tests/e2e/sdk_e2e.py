@@ -47,8 +47,9 @@ def install():
         if p.returncode != 0:
             os.remove(manifest)
             return None, "npm install failed: " + p.stderr[-400:]
-    for script in ("openai_node.mjs", "langgraph.mjs"):
+    for script in ("openai_node.mjs", "langgraph.mjs", "langgraph_interceptor.mjs", "routing.mjs"):
         shutil.copy(os.path.join(HERE, "sdk", script), cache)
+    shutil.copy(os.path.join(HERE, "..", "..", "clients", "node", "dynrt-fetch.mjs"), cache)
     return cache, ""
 
 
@@ -138,6 +139,22 @@ def main():
         check(handler == "weather", "LangGraph.js: the router picked weather: %r" % handler)
         check(graph.get("handle") == direct(engine_port, handler_system(handler), query, 256),
               "LangGraph.js: the streamed handler answer is the engine's, byte for byte")
+        # The same graph tagged by the interceptor: one line per node, the run id per invocation.
+        query = "[route email] tell Ana I am late"
+        tagged = node(cache, "langgraph_interceptor.mjs", base, query)
+        print("interceptor: served %s" % tagged.get("served"), flush=True)
+        ids = tagged.get("ids", [])
+        check(len(ids) == 4 and len(set(ids)) == 2 and all(ids),
+              "interceptor: two concurrent invocations, two calls each, two run ids: %s" % ids)
+        check(tagged.get("served", [])[:1] != ["untagged"] and
+              "untagged" not in tagged.get("served", []),
+              "interceptor: every call is tagged: %s" % tagged.get("served"))
+        check("fill" in tagged.get("served", []),
+              "interceptor: a handler is served by fill, as with hand-set headers: %s" %
+              tagged.get("served"))
+        handler = tagged.get("handler", "")
+        check(tagged.get("handle") == direct(engine_port, handler_system(handler), query, 256),
+              "interceptor: the streamed handler answer is the engine's, byte for byte")
     finally:
         stop(serve)
         engine.terminate()
