@@ -4,8 +4,12 @@
 // to itself and a reuse name that is the hash of its encoding.
 //
 // Input: byte 0 picks the route (bits 0-1) and whether a tag line follows (bit 2); the tag
-// line is "workflow|id|stage\n"; the rest is the body.
+// line is "workflow|id|stage\n"; the rest is the body. With bit 3 set, a model route's body is
+// read as an Anthropic Messages (bit 4 clear) or OpenAI Responses (bit 4 set) request and
+// translated first (protocols/protocols.hpp): a refusal must be a JSON error body in the
+// protocol's shape, and a translation the same each time.
 #include "gateway/request.hpp"
+#include "protocols/protocols.hpp"
 #include "runtime/canonical_json.hpp"
 #include "runtime/hash.hpp"
 #include "runtime/reuse_name.hpp"
@@ -66,6 +70,24 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (const auto& k : w.keys)
       check(!k.empty());
     return 0;
+  }
+  std::string translated;
+  if ((data[0] & 8) && route == "/v1/chat/completions") {
+    namespace protocols = dynrt::protocols;
+    const auto api = (data[0] & 16) ? protocols::Api::responses : protocols::Api::messages;
+    const auto parsed = dynrt::gateway::parse_strict_json(in);
+    if (!parsed.ok() || !parsed.value.is_object()) return 0;
+    const auto chat = protocols::to_chat(api, parsed.value);
+    if (!chat.ok()) {
+      check(!chat.refused.message.empty());
+      check(json::parse(protocols::error_body(api, chat.refused.message, 400, chat.refused.param),
+                        nullptr, false)
+                .is_object());
+      return 0;
+    }
+    check(protocols::to_chat(api, parsed.value).chat == chat.chat);
+    translated = chat.chat.dump(-1, ' ', false, json::error_handler_t::replace);
+    in = translated;
   }
   const auto call = dynrt::gateway::parse_call(route, in, std::move(tags));
   if (!call.ok()) {
