@@ -274,6 +274,24 @@ void HttpConnection::stream_event(std::string data) {
   pump();
 }
 
+void HttpConnection::stream_frames(std::string frames) {
+  if (!streaming_ || closed_ || frames.empty()) return;
+  out_.push_back(std::move(frames));
+  pump();
+}
+
+void HttpConnection::end_call_with(Response whole, std::string tail) {
+  in_flight_ = false;
+  if (closed_) return;
+  if (streaming_ && (headers_sent_ || writing_)) {
+    if (!tail.empty()) out_.push_back(std::move(tail));
+    finished_ = true;
+    return pump();
+  }
+  streaming_ = false;
+  respond(std::move(whole));
+}
+
 void HttpConnection::end_call(Response whole, bool failed) {
   in_flight_ = false;
   if (closed_) return;

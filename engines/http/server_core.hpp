@@ -191,9 +191,15 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void open_stream(std::initializer_list<Header> extra = {});
   // One event, `data: <data>`, sent with whatever else is queued by the next write.
   void stream_event(std::string data);
+  // Whole SSE frames as they are (`event: NAME\ndata: ...\n\n`), for protocols whose events are
+  // named; nothing when empty.
+  void stream_frames(std::string frames);
   // The call ended. A stream that has begun gets `whole`'s body as a last event when `failed`,
   // then `data: [DONE]`; otherwise `whole` is the answer.
   void end_call(Response whole, bool failed);
+  // The call ended, its stream closed by `tail` (whole frames) rather than `data: [DONE]`,
+  // when the stream has begun; otherwise `whole` is the answer.
+  void end_call_with(Response whole, std::string tail);
   // The call ended unanswered: cancelled because its client left or the server is stopping.
   void forget_call();
 

@@ -205,6 +205,8 @@ void SimModel::emit_chunks(Req& r, SimTime now, bool final, std::vector<SimEvent
   }
   if (final) {
     if (r.streamed == 0 && r.meta.chat) push(role_chunk(r.meta));
+    for (std::size_t i = 0; i < r.gen.tool_calls.size(); ++i)
+      push(tool_call_chunk(r.meta, i, r.gen.tool_calls[i]));
     push(final_chunk(r.meta, r.gen.finish_reason));
     if (r.meta.include_usage) {
       push(usage_chunk(r.meta,

@@ -2,10 +2,12 @@
 
 #include "engines/http/server_core.hpp"
 #include "engines/openai/error_body.hpp"
+#include "protocols/protocols.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <optional>
 #include <sstream>
 #include <utility>
 
@@ -73,7 +75,7 @@ class Session final : public HttpConnection {
    public:
     explicit Sink(std::shared_ptr<Session> s) : s_(std::move(s)) {}
     void on_chunk(std::string_view data) override {
-      s_->post([s = s_, d = std::string(data)]() mutable { s->stream_event(std::move(d)); });
+      s_->post([s = s_, d = std::string(data)]() mutable { s->chunk(std::move(d)); });
     }
     void on_complete(EngineResult r) override {
       s_->post([s = s_, r = std::move(r)]() mutable { s->completed(std::move(r)); });
@@ -105,23 +107,34 @@ class Session final : public HttpConnection {
       return get ? respond(Status::ok, vllm_metrics(server_.engine, server_.options.model),
                            "text/plain; version=0.0.4")
                  : not_allowed();
-    if (path == "/v1/chat/completions" || path == "/v1/completions")
-      return post ? complete(path) : not_allowed();
+    api_ = protocols::api_of_path(path).value_or(protocols::Api::chat);
+    translator_.reset();
+    if (protocols::api_of_path(path)) return post ? complete(path) : not_allowed();
     respond_error(Status::not_found, "no route for " + path);
   }
 
   void not_allowed() { respond_error(Status::method_not_allowed, "method not allowed"); }
 
+  // Chat and completions as vLLM serves them; Anthropic Messages and OpenAI Responses through
+  // the chat completion each translates to, as dynrt translates them (so a call made here
+  // directly answers what it answers through dynrt).
   void complete(const std::string& path) {
     json body = json::parse(request().body(), nullptr, false);
-    if (!body.is_object())
-      return respond_error(Status::bad_request, "the request body is not a JSON object");
+    if (!body.is_object()) return refuse("the request body is not a JSON object", "");
     EngineRequest req;
     req.endpoint = path;
+    if (protocols::translated(api_)) {
+      protocols::ToChat chat = protocols::to_chat(api_, body);
+      if (!chat.ok()) return refuse(chat.refused.message, chat.refused.param);
+      wire_ = std::move(body);
+      body = std::move(chat.chat);
+      req.endpoint = protocols::path_of(protocols::Api::chat);
+    }
     req.body = std::move(body);
     if (req.body.contains("priority") && req.body["priority"].is_number_integer())
       req.priority = req.body["priority"].get<int>();
     const bool streaming = wants_stream(req.body);
+    if (streaming && protocols::translated(api_)) translator_.emplace(api_, wire_);
     begin_call(streaming);
     auto self = std::static_pointer_cast<Session>(shared_from_this());
     active_ = server_.engine.submit(std::move(req), std::make_shared<Sink>(self));
@@ -129,8 +142,23 @@ class Session final : public HttpConnection {
     if (streaming) open_stream();
   }
 
+  void refuse(const std::string& message, const std::string& param) {
+    respond(Status::bad_request, protocols::error_body(api_, message, 400, param),
+            "application/json");
+  }
+
+  void chunk(std::string data) {
+    if (translator_) return stream_frames(translator_->chunk(data));
+    stream_event(std::move(data));
+  }
+
   void completed(EngineResult result) {
     untrack();
+    if (protocols::translated(api_)) {
+      auto body = protocols::from_chat(api_, wire_, result.body).value_or(result.body);
+      return end_call_with(response(Status::ok, std::move(body), "application/json"),
+                           translator_ ? translator_->finish() : std::string());
+    }
     end_call(response(Status::ok, std::move(result.body), "application/json"), false);
   }
 
@@ -140,6 +168,10 @@ class Session final : public HttpConnection {
     const Status status =
         error.kind == ErrorKind::rejected ? Status::bad_request : Status::internal_server_error;
     const int code = static_cast<int>(status);
+    if (protocols::translated(api_))
+      return end_call_with(
+          response(status, protocols::error_body(api_, error.message, code), "application/json"),
+          translator_ ? translator_->fail(error.message, code) : std::string());
     end_call(response(status, openai_error_body(error.message, openai_error_type(code), code),
                       "application/json"),
              true);
@@ -154,6 +186,9 @@ class Session final : public HttpConnection {
 
   SimServer::Impl& server_;
   RequestHandle active_ = 0;
+  protocols::Api api_ = protocols::Api::chat;  // the protocol of the request in flight
+  json wire_;                                  // its body as sent, when translated
+  std::optional<protocols::StreamTranslator> translator_;
 };
 
 }  // namespace

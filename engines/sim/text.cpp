@@ -109,27 +109,29 @@ Hash128 content_key(const json& body) {
   return reuse_name(Hash128{}, "", body);
 }
 
-void Script::add_exact(const json& body, std::string response) {
-  exact_added_.emplace_back(body, response);
-  exact_[content_key(body)] = std::move(response);
+void Script::add_exact(const json& body, std::string response, json tool_calls) {
+  Scripted s{std::move(response), std::move(tool_calls)};
+  exact_added_.emplace_back(body, s);
+  exact_[content_key(body)] = std::move(s);
 }
 
 void Script::write_jsonl(std::ostream& out) const {
-  for (const auto& [body, response] : exact_added_)
-    out << json{{"request", body}, {"response", response}}.dump(-1, ' ', false,
-                                                                json::error_handler_t::replace)
-        << '\n';
-  for (const auto& [needle, response] : contains_)
-    out << json{{"contains", needle}, {"response", response}}.dump(-1, ' ', false,
-                                                                   json::error_handler_t::replace)
-        << '\n';
+  const auto line = [&out](json entry, const Scripted& s) {
+    entry["response"] = s.text;
+    if (!s.tool_calls.empty()) entry["tool_calls"] = s.tool_calls;
+    out << entry.dump(-1, ' ', false, json::error_handler_t::replace) << '\n';
+  };
+  for (const auto& [body, s] : exact_added_)
+    line(json{{"request", body}}, s);
+  for (const auto& [needle, s] : contains_)
+    line(json{{"contains", needle}}, s);
 }
 
-void Script::add_contains(std::string needle, std::string response) {
-  contains_.emplace_back(std::move(needle), std::move(response));
+void Script::add_contains(std::string needle, std::string response, json tool_calls) {
+  contains_.emplace_back(std::move(needle), Scripted{std::move(response), std::move(tool_calls)});
 }
 
-const std::string* Script::find(const json& body) const {
+const Scripted* Script::find(const json& body) const {
   if (!exact_.empty()) {
     const auto it = exact_.find(content_key(body));
     if (it != exact_.end()) return &it->second;
@@ -161,10 +163,20 @@ Expected<Script> Script::parse(std::string_view text) {
       return make_error(where + "needs a string \"response\"");
     }
     std::string response = entry["response"].get<std::string>();
+    json calls = json::array();
+    if (const auto tc = entry.find("tool_calls"); tc != entry.end()) {
+      if (!tc->is_array()) return make_error(where + "\"tool_calls\" must be an array");
+      for (const auto& c : *tc)
+        if (!c.is_object() || !c.contains("name") || !c["name"].is_string() ||
+            (c.contains("arguments") && !c["arguments"].is_object()))
+          return make_error(where +
+                            "each tool call needs a string \"name\" and an object \"arguments\"");
+      calls = *tc;
+    }
     if (entry.contains("request") && entry["request"].is_object()) {
-      s.add_exact(entry["request"], std::move(response));
+      s.add_exact(entry["request"], std::move(response), std::move(calls));
     } else if (entry.contains("contains") && entry["contains"].is_string()) {
-      s.add_contains(entry["contains"].get<std::string>(), std::move(response));
+      s.add_contains(entry["contains"].get<std::string>(), std::move(response), std::move(calls));
     } else {
       return make_error(where + "needs a \"request\" object or a \"contains\" string");
     }
@@ -213,8 +225,9 @@ Expected<Generation> generate(std::string_view endpoint, const json& body, const
   Generation g;
   g.prompt_tokens = estimate_prompt_tokens(endpoint, body);
   const Hash128 key = content_key(body);
-  if (const std::string* scripted = script.find(body)) {
-    g.tokens = tokenize(*scripted);
+  const Scripted* scripted = script.find(body);
+  if (scripted) {
+    g.tokens = tokenize(scripted->text);
   } else {
     std::uint64_t s = key.low ^ (key.high * 0x9E3779B97F4A7C15ULL) ^ params.seed;
     // Lognormal length: exp(mu + sigma z), z standard normal by Box-Muller.
@@ -256,6 +269,16 @@ Expected<Generation> generate(std::string_view endpoint, const json& body, const
     g.tokens.resize(static_cast<std::size_t>(max_tokens));
     g.finish_reason = "length";
   }
+  if (chat && scripted && !scripted->tool_calls.empty() && g.finish_reason != "length") {
+    const std::string key_hex = key.hex().substr(0, 12);
+    for (std::size_t i = 0; i < scripted->tool_calls.size(); ++i) {
+      const json& c = scripted->tool_calls[i];
+      g.tool_calls.push_back({"call_" + key_hex + "_" + std::to_string(i),
+                              c["name"].get<std::string>(),
+                              c.value("arguments", json::object()).dump()});
+    }
+    g.finish_reason = "tool_calls";
+  }
   return g;
 }
 
@@ -285,6 +308,14 @@ std::string full_response(const ResponseMeta& m, const Generation& g) {
   choice["index"] = 0;
   if (m.chat) {
     choice["message"] = ordered_json{{"role", "assistant"}, {"content", text}};
+    if (!g.tool_calls.empty()) {
+      ordered_json calls = ordered_json::array();
+      for (const auto& c : g.tool_calls)
+        calls.push_back({{"id", c.id},
+                         {"type", "function"},
+                         {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+      choice["message"]["tool_calls"] = std::move(calls);
+    }
   } else {
     choice["text"] = text;
   }
@@ -323,6 +354,20 @@ std::string text_chunk(const ResponseMeta& m, std::string_view text) {
   } else {
     choice["text"] = std::string(text);
   }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = nullptr;
+  return chunk_with(m, std::move(choice));
+}
+
+std::string tool_call_chunk(const ResponseMeta& m, std::size_t index, const GeneratedCall& c) {
+  ordered_json choice;
+  choice["index"] = 0;
+  choice["delta"] = ordered_json{
+      {"tool_calls",
+       ordered_json::array({{{"index", index},
+                             {"id", c.id},
+                             {"type", "function"},
+                             {"function", {{"name", c.name}, {"arguments", c.arguments}}}}})}};
   choice["logprobs"] = nullptr;
   choice["finish_reason"] = nullptr;
   return chunk_with(m, std::move(choice));

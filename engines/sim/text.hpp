@@ -24,27 +24,37 @@
 
 namespace dynrt::engines::sim {
 
+// What a script answers: the text, and the tool calls that follow it (chat only), each
+// {"name": "...", "arguments": {...}}.
+struct Scripted {
+  std::string text;
+  nlohmann::json tool_calls = nlohmann::json::array();
+};
+
 // A response script: exact requests (by reuse-relevant content) and, failing those, the first
 // rule whose needle the request's last message contains.
 class Script {
  public:
   // JSON lines, one entry each: {"request": {...body...}, "response": "text"} or
-  // {"contains": "needle", "response": "text"}; blank lines and lines starting with # skipped.
+  // {"contains": "needle", "response": "text"}, either with an optional "tool_calls" array of
+  // {"name", "arguments"}; blank lines and lines starting with # skipped.
   static Expected<Script> parse(std::string_view text);
   static Expected<Script> load(const std::string& path);
 
-  void add_exact(const nlohmann::json& body, std::string response);
-  void add_contains(std::string needle, std::string response);
-  const std::string* find(const nlohmann::json& body) const;
+  void add_exact(const nlohmann::json& body, std::string response,
+                 nlohmann::json tool_calls = nlohmann::json::array());
+  void add_contains(std::string needle, std::string response,
+                    nlohmann::json tool_calls = nlohmann::json::array());
+  const Scripted* find(const nlohmann::json& body) const;
   std::size_t size() const { return exact_.size() + contains_.size(); }
   // The script as parse() reads it, one entry per line in the order they were added (a later
   // exact entry for the same content wins, there as here).
   void write_jsonl(std::ostream& out) const;
 
  private:
-  std::unordered_map<Hash128, std::string> exact_;
-  std::vector<std::pair<nlohmann::json, std::string>> exact_added_;  // for write_jsonl
-  std::vector<std::pair<std::string, std::string>> contains_;
+  std::unordered_map<Hash128, Scripted> exact_;
+  std::vector<std::pair<nlohmann::json, Scripted>> exact_added_;  // for write_jsonl
+  std::vector<std::pair<std::string, Scripted>> contains_;
 };
 
 // The identity of a request's content: its reuse name under a zero stage fingerprint (the
@@ -58,9 +68,18 @@ struct TextParams {
   int max_default_tokens = 2048;  // when the request sets no max_tokens
 };
 
+struct GeneratedCall {
+  std::string id;  // "call_<content key>_<index>"
+  std::string name;
+  std::string arguments;  // JSON text
+};
+
 struct Generation {
   std::vector<std::string> tokens;  // each a word with its leading space (the first has none)
-  std::string finish_reason;        // "stop" or "length"
+  // Scripted tool calls after the text (chat only; not when the text was cut by max_tokens).
+  // They are sent with the last chunk and cost no decode steps of their own.
+  std::vector<GeneratedCall> tool_calls;
+  std::string finish_reason;  // "stop", "length" or "tool_calls"
   std::int64_t prompt_tokens = 0;
 };
 
@@ -83,6 +102,7 @@ std::string full_response(const ResponseMeta& meta, const Generation& g);
 std::string role_chunk(const ResponseMeta& meta);  // chat only: the assistant's role
 std::string text_chunk(const ResponseMeta& meta, std::string_view text);
 std::string final_chunk(const ResponseMeta& meta, std::string_view finish_reason);
+std::string tool_call_chunk(const ResponseMeta& meta, std::size_t index, const GeneratedCall& call);
 std::string usage_chunk(const ResponseMeta& meta, const Usage& usage);
 
 }  // namespace dynrt::engines::sim

@@ -97,7 +97,8 @@ TEST(Workloads, ReactNextEntityFollowsThePassageAsOftenAsThePredictabilitySays) 
 TEST(Workloads, SubagentPlannerReasonsThenNamesTheSubAgentAsJson) {
   const auto w = bench::make_workload(graph("subagent"), {1, 4, 1.0});
   for (const auto& r : w.runs) {
-    const std::string* answer = w.script.find(bench::subagent_plan_request(r));
+    const auto* scripted = w.script.find(bench::subagent_plan_request(r));
+    const std::string* answer = scripted ? &scripted->text : nullptr;
     ASSERT_NE(answer, nullptr);
     const auto doc = nlohmann::json::parse(*answer);
     EXPECT_EQ(doc["subagent"], r.picks.at(0));
@@ -113,20 +114,23 @@ TEST(Workloads, SelectionFirstPutsEachDecidersPickBeforeItsReasoning) {
   for (const auto& r : routing.runs) {
     const auto body = dsl::render_stage(*graph("routing").stage("router"),
                                         {{"query", bench::routing_query(r, 0)}});
-    const std::string* answer = routing.script.find(body->body);
+    const auto* scripted = routing.script.find(body->body);
+    const std::string* answer = scripted ? &scripted->text : nullptr;
     ASSERT_NE(answer, nullptr);
     EXPECT_EQ(answer->rfind("HANDLER: " + r.picks.at(0) + "\n", 0), 0u) << *answer;
   }
   const auto subagent = bench::make_workload(graph("subagent"), o);
   for (const auto& r : subagent.runs) {
-    const std::string* answer = subagent.script.find(bench::subagent_plan_request(r));
+    const auto* scripted = subagent.script.find(bench::subagent_plan_request(r));
+    const std::string* answer = scripted ? &scripted->text : nullptr;
     ASSERT_NE(answer, nullptr);
     EXPECT_EQ(answer->rfind("{\"subagent\":\"" + r.picks.at(0) + "\",", 0), 0u) << *answer;
     EXPECT_EQ(nlohmann::json::parse(*answer)["subagent"], r.picks.at(0));
   }
   const auto react = bench::make_workload(graph("react"), o);
   for (const auto& r : react.runs) {
-    const std::string* answer = react.script.find(bench::react_think_request(r, 0));
+    const auto* scripted = react.script.find(bench::react_think_request(r, 0));
+    const std::string* answer = scripted ? &scripted->text : nullptr;
     ASSERT_NE(answer, nullptr);
     EXPECT_EQ(answer->rfind("Search[" + r.picks.at(0) + "]\n", 0), 0u) << *answer;
   }

@@ -416,15 +416,50 @@ TEST(SimOutput, AWrittenScriptReadsBackTheSame) {
   const auto back = Script::parse(out.str());
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(back->size(), s.size());
-  for (const auto& r : {a, b, chat("tell me about Oslo", 50), chat("nothing scripted", 50)}) {
-    const std::string* want = s.find(r.body);
-    const std::string* got = back->find(r.body);
+  s.add_contains("read", "Reading.",
+                 nlohmann::json::parse(R"([{"name": "cat", "arguments": {"f": "a"}}])"));
+  std::ostringstream again;
+  s.write_jsonl(again);
+  const auto with_calls = Script::parse(again.str());
+  ASSERT_TRUE(with_calls.ok()) << with_calls.error().message;
+  for (const auto& r :
+       {a, b, chat("tell me about Oslo", 50), chat("nothing scripted", 50), chat("read it", 50)}) {
+    const Scripted* want = s.find(r.body);
+    const Scripted* got = with_calls->find(r.body);
     ASSERT_EQ(want == nullptr, got == nullptr);
     if (want) {
-      EXPECT_EQ(*got, *want);
+      EXPECT_EQ(got->text, want->text);
+      EXPECT_EQ(got->tool_calls, want->tool_calls);
     }
   }
-  EXPECT_EQ(*back->find(b.body), "HANDLER: email");
+  EXPECT_EQ(back->find(b.body)->text, "HANDLER: email");
+}
+
+// A scripted answer may end in tool calls: in the whole body as message.tool_calls, streamed
+// as tool_calls deltas before the last chunk, with finish_reason tool_calls.
+TEST(SimOutput, ScriptedToolCallsEndTheAnswer) {
+  const auto script = Script::parse(
+      R"({"contains": "[tool]", "response": "Looking at the source.", "tool_calls": [{"name": "ls", "arguments": {"dir": "src"}}]})");
+  ASSERT_TRUE(script.ok()) << script.error().message;
+  EngineRequest r = chat("[tool] list src", 50);
+  const Generation g = *generate(r.endpoint, r.body, *script, {});
+  ASSERT_EQ(g.tool_calls.size(), 1u);
+  EXPECT_EQ(g.finish_reason, "tool_calls");
+  EXPECT_EQ(g.tool_calls[0].name, "ls");
+  EXPECT_EQ(nlohmann::json::parse(g.tool_calls[0].arguments), (nlohmann::json{{"dir", "src"}}));
+  const auto meta = response_meta(r.endpoint, r.body);
+  const auto whole = nlohmann::json::parse(full_response(meta, g));
+  EXPECT_EQ(whole["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "ls");
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], "Looking at the source.");
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "tool_calls");
+  const auto chunk = nlohmann::json::parse(tool_call_chunk(meta, 0, g.tool_calls[0]));
+  EXPECT_EQ(chunk["choices"][0]["delta"]["tool_calls"][0]["id"], g.tool_calls[0].id);
+  // Cut by max_tokens, the answer has no tool calls: the model never got to them.
+  r.body["max_tokens"] = 1;
+  EXPECT_TRUE(generate(r.endpoint, r.body, *script, {})->tool_calls.empty());
+  EXPECT_FALSE(
+      Script::parse(R"({"contains": "x", "response": "", "tool_calls": [{"arguments": {}}]})")
+          .ok());
 }
 
 TEST(SimOutput, StopSequencesAndMaxTokens) {
