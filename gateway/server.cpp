@@ -6,6 +6,7 @@
 #include "gateway/metrics.hpp"
 #include "gateway/request.hpp"
 #include "gateway/tls.hpp"
+#include "protocols/protocols.hpp"
 
 #include <boost/asio/ssl/context.hpp>
 #include <nlohmann/json.hpp>
@@ -27,6 +28,7 @@ using engines::HttpListener;
 using engines::HttpTransport;
 using nlohmann::json;
 using Status = HttpConnection::Status;
+using protocols::Api;
 
 // A header value passed on from an engine is written only if it is one line of visible ASCII:
 // nothing an engine sends can add a header or split the response.
@@ -133,6 +135,9 @@ class Session final : public HttpConnection {
     const std::string path = target.substr(0, target.find('?'));
     const bool get = request().method() == http::verb::get;
     const bool post = request().method() == http::verb::post;
+    // The protocol this request speaks: its errors, from here on, are in that protocol's shape.
+    api_ = protocols::api_of_path(path).value_or(Api::chat);
+    translator_.reset();
     if (path == "/healthz") return get ? respond(Status::ok, "ok\n", "text/plain") : not_allowed();
     // Every other route needs a key once keys are configured: the key first (401), then its
     // scope for the route (403), then its rate (429), before anything else is looked at.
@@ -144,6 +149,7 @@ class Session final : public HttpConnection {
     if (path == "/v1/models") return get ? models() : not_allowed();
     if (path == "/v1/chat/completions" || path == "/v1/completions")
       return post ? completion(path) : not_allowed();
+    if (protocols::translated(api_)) return post ? translated_call() : not_allowed();
     if (path.rfind(kToolsPrefix, 0) == 0 && path.size() > kToolsPrefix.size())
       return post ? completion(path) : not_allowed();
     if (path == "/v1/dynrt/writes") return post ? writes() : not_allowed();
@@ -177,29 +183,30 @@ class Session final : public HttpConnection {
     admin_ = true;
     if (!gw_.options.auth) return true;
     const auto it = request().find(http::field::authorization);
-    const std::string_view header = it == request().end()
-                                        ? std::string_view()
-                                        : std::string_view(it->value().data(), it->value().size());
+    std::string header = it == request().end() ? std::string() : std::string(it->value());
+    // Anthropic's clients send their key as `x-api-key`: it counts as a bearer key when no
+    // Authorization header is sent.
+    if (const auto key = request().find("x-api-key"); header.empty() && key != request().end())
+      header = "Bearer " + std::string(key->value());
     AuthResult who = gw_.options.auth->check(header, needed);
     switch (who.outcome) {
       case AuthResult::Outcome::ok:
         break;
       case AuthResult::Outcome::unauthenticated:
         ++gw_.refused.unauthenticated;
-        respond(answer(Status::unauthorized,
-                       engines::openai_error_body(who.message, "authentication_error", 401),
+        respond(answer(Status::unauthorized, error_json(who.message, "authentication_error", 401),
                        "application/json", false, {}, true));
         return false;
       case AuthResult::Outcome::forbidden:
         ++gw_.refused.forbidden;
-        respond(Status::forbidden, engines::openai_error_body(who.message, "permission_error", 403),
+        respond(Status::forbidden, error_json(who.message, "permission_error", 403),
                 "application/json");
         return false;
       case AuthResult::Outcome::rate_limited:
         ++gw_.refused.rate_limited;
         respond(answer(Status::too_many_requests,
-                       engines::openai_error_body(who.message, "rate_limit_exceeded", 429),
-                       "application/json", false, std::move(who.retry_after)));
+                       error_json(who.message, "rate_limit_exceeded", 429), "application/json",
+                       false, std::move(who.retry_after)));
         return false;
     }
     caller_.tenant = std::move(who.tenant);
@@ -216,6 +223,23 @@ class Session final : public HttpConnection {
     if (!parsed.ok()) return invalid(parsed.invalid);
     parsed.request.caller = caller_;
     call(std::move(parsed.request), parsed.stream);
+  }
+
+  // A call in the Anthropic Messages or OpenAI Responses protocol, run as the chat completion it
+  // translates to (protocols/protocols.hpp) and answered back in its own protocol.
+  void translated_call() {
+    ParsedJson parsed = parse_strict_json(request().body());
+    if (!parsed.ok()) return invalid(parsed.invalid);
+    protocols::ToChat chat = protocols::to_chat(api_, parsed.value);
+    if (!chat.ok()) return invalid({chat.refused.message, chat.refused.param});
+    // The chat request is checked as one sent to /v1/chat/completions would be.
+    ParsedCall call = parse_call("/v1/chat/completions", chat.chat.dump(), tags());
+    if (!call.ok()) return invalid(call.invalid);
+    call.request.caller = caller_;
+    wire_ = std::move(parsed.value);
+    call.request.wire = wire_;
+    if (call.stream) translator_.emplace(api_, wire_);
+    this->call(std::move(call.request), call.stream);
   }
 
   // An admin's write (or any write with no keys configured) reaches every tenant; any other
@@ -352,9 +376,8 @@ class Session final : public HttpConnection {
       hold->self->post([self = hold->self, how] { self->started(how); });
     };
     cb.on_chunk = [hold](std::string_view data) {
-      hold->self->post([self = hold->self, d = std::string(data)]() mutable {
-        self->stream_event(std::move(d));
-      });
+      hold->self->post(
+          [self = hold->self, d = std::string(data)]() mutable { self->chunk(std::move(d)); });
     };
     cb.on_done = [hold](Reply reply) {
       hold->self->post(
@@ -367,6 +390,11 @@ class Session final : public HttpConnection {
   void started(Served how) {
     served_ = how;
     open_stream({{"X-DynRT-Served", to_string(served_)}});
+  }
+
+  void chunk(std::string data) {
+    if (translator_) return stream_frames(translator_->chunk(data));
+    stream_event(std::move(data));
   }
 
   void done(Reply reply) {
@@ -386,10 +414,35 @@ class Session final : public HttpConnection {
       gw_.options.record(r);
       recording_.reset();
     }
+    if (protocols::translated(api_)) return done_translated(std::move(reply));
     const bool ok = reply.ok();
     end_call(answer(static_cast<Status>(reply.status), std::move(reply.body), "application/json",
                     ok, ok ? std::string() : std::move(reply.retry_after)),
              !ok);
+  }
+
+  // The chat answer in the caller's protocol: whole, or the events that close its stream.
+  void done_translated(Reply reply) {
+    const bool ok = reply.ok();
+    int status = reply.status;
+    std::string body;
+    if (ok) {
+      if (auto out = protocols::from_chat(api_, wire_, reply.body)) {
+        body = std::move(*out);
+      } else {
+        status = 502;
+        body = protocols::error_body(api_, "the engine's answer is not a chat completion", 502);
+      }
+    } else {
+      body = protocols::translate_error(api_, reply.body, reply.status);
+    }
+    std::string tail;
+    if (translator_)
+      tail = ok ? translator_->finish()
+                : translator_->fail(protocols::error_message(reply.body), reply.status);
+    end_call_with(answer(static_cast<Status>(status), std::move(body), "application/json", ok,
+                         ok ? std::string() : std::move(reply.retry_after)),
+                  std::move(tail));
   }
 
   void on_abandoned() override { gw_.runtime.cancel(call_); }
@@ -398,8 +451,16 @@ class Session final : public HttpConnection {
 
   void invalid(const Invalid& why) {
     respond(Status::bad_request,
-            engines::openai_error_body(why.message, "invalid_request_error", 400, why.param),
+            api_ == Api::messages
+                ? protocols::error_body(api_, why.message, 400, why.param)
+                : engines::openai_error_body(why.message, "invalid_request_error", 400, why.param),
             "application/json");
+  }
+
+  // An error body of dynrt's own in the shape of the protocol the request speaks.
+  std::string error_json(std::string_view message, std::string_view type, int status) const {
+    return api_ == Api::messages ? protocols::error_body(api_, message, status)
+                                 : engines::openai_error_body(message, type, status);
   }
 
   void not_allowed() {
@@ -422,6 +483,9 @@ class Session final : public HttpConnection {
   bool admin_ = true;  // its key has the admin scope (or no keys are configured)
   CallId call_ = 0;
   std::optional<json> recording_;  // the call in flight, for --record
+  Api api_ = Api::chat;            // the protocol the current request speaks
+  json wire_;                      // a translated call's request as its caller sent it
+  std::optional<protocols::StreamTranslator> translator_;  // a translated call's stream
   std::chrono::steady_clock::time_point recording_since_{};
 };
 

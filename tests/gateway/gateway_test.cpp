@@ -584,6 +584,31 @@ TEST_F(AuthGateway, WithoutAValidKeyEveryRouteButHealthIs401AndNothingRuns) {
             std::string::npos);
 }
 
+TEST_F(AuthGateway, AnthropicClientsMaySendTheirKeyAsXApiKeyAndAreAnsweredInTheirShape) {
+  const std::string msgs =
+      R"({"model":"sim","max_tokens":8,"messages":[{"role":"user","content":"hi"}]})";
+  const auto ok = exchange(post("/v1/messages", msgs, "x-api-key: sk-acme-1\r\n"));
+  ASSERT_EQ(status_of(ok), 200) << ok;
+  EXPECT_EQ(json::parse(body_of(ok))["type"], "message");
+  const auto bad = exchange(post("/v1/messages", msgs, "x-api-key: sk-wrong\r\n"));
+  EXPECT_EQ(status_of(bad), 401);
+  const json e = json::parse(body_of(bad), nullptr, false);
+  EXPECT_EQ(e["type"], "error") << body_of(bad);
+  EXPECT_EQ(e["error"]["type"], "authentication_error");
+  // An Authorization header, when sent, is the one that counts.
+  EXPECT_EQ(status_of(exchange(
+                post("/v1/messages", msgs, bearer("sk-wrong") + "x-api-key: sk-acme-1\r\n"))),
+            401);
+  // A refused translation is a 400 in Anthropic's shape naming the field.
+  const auto refused = exchange(
+      post("/v1/messages", R"({"model":"sim","messages":[{"role":"user","content":"hi"}]})",
+           "x-api-key: sk-acme-1\r\n"));
+  EXPECT_EQ(status_of(refused), 400);
+  const json r = json::parse(body_of(refused), nullptr, false);
+  EXPECT_EQ(r["error"]["type"], "invalid_request_error") << body_of(refused);
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("max_tokens"), std::string::npos);
+}
+
 TEST_F(AuthGateway, AKeyWithoutTheRoutesScopeIs403) {
   const json e = expect_error(get("/metrics", bearer("sk-acme-1")), 403);
   EXPECT_EQ(e["type"], "permission_error");
@@ -725,6 +750,26 @@ TEST_F(GatewayFaults, AnErrorEventMidStreamReachesTheClientAsSentThenDone) {
   EXPECT_EQ(metric("dynrt_csl_entries"), "0");
   // The identical request again: the engine, never the library.
   const std::string again = exchange(post("/v1/chat/completions", kFaultsStream, kTagged));
+  EXPECT_EQ(header_of(again, "X-DynRT-Served"), "engine");
+  EXPECT_EQ(server_->requests(), 2);
+}
+
+TEST_F(GatewayFaults, AnErrorMidStreamOfAMessagesCallIsAnErrorEventAndNothingIsStored) {
+  start(Mode::stream_error_midway);
+  const std::string body = R"({"model":"m","temperature":0,"max_tokens":8,"stream":true,)"
+                           R"("messages":[{"role":"user","content":"hi"}]})";
+  const std::string r = exchange(post("/v1/messages", body, kTagged));
+  EXPECT_EQ(status_of(r), 200) << "the stream had begun";
+  const std::string text = body_of(r);
+  EXPECT_NE(text.find("event: message_start\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("event: content_block_delta\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("event: error\ndata: {\"type\":\"error\",\"error\":{"), std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("message_stop"), std::string::npos) << "a failed stream does not end well";
+  EXPECT_EQ(text.find("[DONE]"), std::string::npos) << "Anthropic's streams have no [DONE]";
+  EXPECT_EQ(metric("dynrt_errors_total"), "1");
+  EXPECT_EQ(metric("dynrt_csl_entries"), "0");
+  const std::string again = exchange(post("/v1/messages", body, kTagged));
   EXPECT_EQ(header_of(again, "X-DynRT-Served"), "engine");
   EXPECT_EQ(server_->requests(), 2);
 }
