@@ -300,7 +300,8 @@ void on_demand(Self self, const DemandPtr& d) {
   }
   st.demands.emplace(d->id, d);
   carry_out(self, st.flow->start(d->id, *stage, d->request.endpoint,
-                                 std::shared_ptr<const nlohmann::json>(d, &d->request.body)));
+                                 std::shared_ptr<const nlohmann::json>(d, &d->request.body),
+                                 d->request.wire));
 }
 
 behavior workflow_actor(Self self, WorkflowInit init) {

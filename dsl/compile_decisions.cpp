@@ -89,6 +89,7 @@ void Compiler::decode_decision(Decision& dec, const Node& def, const std::string
   }
   const Node* sel = def.get("selection");
   const std::string default_pointer = decider ? default_output_pointer(*decider) : "";
+  if (decider) dec.selection.api = decider->api;
   if (sel && sel->is_mapping()) {
     dec.selection.extract = extractor(*sel, default_pointer, path + "/selection");
     if (const Node* m = sel->get("map"); m && m->is_mapping()) {

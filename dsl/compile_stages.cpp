@@ -15,6 +15,8 @@ namespace {
 
 constexpr std::string_view kChatContent = "/choices/0/message/content";
 constexpr std::string_view kCompletionText = "/choices/0/text";
+constexpr std::string_view kMessagesText = "/content/0/text";
+constexpr std::string_view kResponsesText = "/output/0/content/0/text";
 
 }  // namespace
 
@@ -145,7 +147,17 @@ Extractor Compiler::extractor(const Node& n, std::string default_pointer, const 
 
 std::string Compiler::default_output_pointer(const Stage& s) const {
   if (s.kind == StageKind::tool) return "";
-  return std::string(s.api == ModelApi::chat ? kChatContent : kCompletionText);
+  switch (s.api) {
+    case ModelApi::chat:
+      return std::string(kChatContent);
+    case ModelApi::completions:
+      return std::string(kCompletionText);
+    case ModelApi::messages:
+      return std::string(kMessagesText);
+    case ModelApi::responses:
+      return std::string(kResponsesText);
+  }
+  return std::string(kChatContent);
 }
 
 void Compiler::decode_stage(StageId id) {
@@ -158,7 +170,11 @@ void Compiler::decode_stage(StageId id) {
     if (*k == "user") s.kind = StageKind::user;
   }
   if (auto d = string_of(def->get("description"))) s.description = *d;
-  if (auto a = string_of(def->get("api")); a && *a == "completions") s.api = ModelApi::completions;
+  if (auto a = string_of(def->get("api"))) {
+    if (*a == "completions") s.api = ModelApi::completions;
+    if (*a == "messages") s.api = ModelApi::messages;
+    if (*a == "responses") s.api = ModelApi::responses;
+  }
   if (auto m = string_of(def->get("model"))) s.model = *m;
   if (auto t = string_of(def->get("tool"))) s.tool = *t;
   if (auto b = bool_of(def->get("speculable"))) s.speculable = *b;
@@ -213,13 +229,19 @@ void Compiler::check_request(StageId id, const Node& request, const std::string&
         path);
     return;
   }
-  const char* needed = s.api == ModelApi::chat ? "messages" : "prompt";
+  const char* needed = s.api == ModelApi::completions ? "prompt"
+                       : s.api == ModelApi::responses ? "input"
+                                                      : "messages";
   if (!request.find(needed)) {
     add(Rule::missing_key, Span{request.span.begin, request.span.begin},
-        std::string("a ") + (s.api == ModelApi::chat ? "chat" : "completions") + " request needs " +
-            qt(needed),
-        path);
+        std::string("a ") + std::string(to_string(s.api)) + " request needs " + qt(needed), path);
   }
+  if (s.api == ModelApi::messages && !request.find("max_tokens") &&
+      !s.params.contains("max_tokens"))
+    add(Rule::missing_key, Span{request.span.begin, request.span.begin},
+        "a messages request needs " + qt("max_tokens") +
+            " (in the stage's `params`): Anthropic's API requires it",
+        path);
   for (const MapEntry& e : request.entries) {
     if (e.key.value == "model") {
       add(Rule::invalid_value, e.key.span,

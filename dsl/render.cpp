@@ -1,6 +1,7 @@
 #include "dsl/render.hpp"
 
 #include "dsl/mustache.hpp"
+#include "protocols/protocols.hpp"
 
 #include <re2/re2.h>
 #include <kainjow/mustache.hpp>
@@ -237,6 +238,20 @@ Expected<RenderedRequest> render_stage(const Stage& stage, const Bindings& vars)
       out.body["model"] = stage.model;
       for (const auto& [k, v] : stage.params.items())
         out.body[k] = v;
+      if (stage.api == ModelApi::messages || stage.api == ModelApi::responses) {
+        // Rendered in its protocol, run as the chat completion that translates to: the very
+        // request a call of that protocol becomes at the gateway.
+        out.wire = out.body;
+        auto chat = protocols::to_chat(stage.api == ModelApi::messages
+                                                    ? protocols::Api::messages
+                                                    : protocols::Api::responses,
+                                                out.wire);
+        if (!chat.ok())
+          return make_error("stage \"" + stage.name + "\": the " +
+                            std::string(to_string(stage.api)) +
+                            " request cannot be translated: " + chat.refused.message);
+        out.body = std::move(chat.chat);
+      }
       break;
     }
     case StageKind::tool: {
@@ -292,7 +307,27 @@ Expected<Bindings> bind_request(const Stage& stage, const json& request_body) {
 }
 
 Expected<Bindings> read_outputs(const Stage& stage, const json& response) {
-  return apply_all(stage, stage.outputs, response, "output");
+  if (stage.api != ModelApi::messages && stage.api != ModelApi::responses)
+    return apply_all(stage, stage.outputs, response, "output");
+  auto translated = answer_in(stage.api, response);
+  if (!translated)
+    return make_error("stage \"" + stage.name + "\": the answer is not a chat completion");
+  return apply_all(stage, stage.outputs, *translated, "output");
+}
+
+std::optional<json> answer_in(ModelApi api, const json& response) {
+  switch (api) {
+    case ModelApi::chat:
+    case ModelApi::completions:
+      return response;
+    case ModelApi::messages:
+      return protocols::answer_of(protocols::Api::messages, json::object(),
+                                           response);
+    case ModelApi::responses:
+      return protocols::answer_of(protocols::Api::responses, json::object(),
+                                           response);
+  }
+  return response;
 }
 
 namespace {
@@ -408,9 +443,19 @@ std::optional<std::string> sole_match(const re2::RE2& re, const std::string& tex
 
 }  // namespace
 
-SelectionResult read_selection(const Decision& decision, const json& decider_output) {
+SelectionResult read_selection(const Decision& decision, const json& chat_output) {
   using Status = SelectionResult::Status;
   SelectionResult out;
+  std::optional<json> translated;
+  if (decision.selection.api == ModelApi::messages ||
+      decision.selection.api == ModelApi::responses) {
+    translated = answer_in(decision.selection.api, chat_output);
+    if (!translated) {
+      out.reason = "the deciding stage's answer is not a chat completion";
+      return out;
+    }
+  }
+  const json& decider_output = translated ? *translated : chat_output;
   const Extractor& ex = decision.selection.extract;
   auto located = locate(ex, decider_output);
   if (!located) {

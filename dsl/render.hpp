@@ -26,8 +26,11 @@ namespace dynrt::dsl {
 using Bindings = std::map<std::string, nlohmann::json, std::less<>>;
 
 struct RenderedRequest {
-  std::string endpoint;             // see Stage::endpoint()
-  nlohmann::json body;              // the exact request body (model and params merged in)
+  std::string endpoint;  // see Stage::endpoint()
+  nlohmann::json body;   // the exact request body (model and params merged in)
+  // A messages or responses stage: the body in its own protocol, which `body` (the chat
+  // completion dynrt runs) translates; null otherwise.
+  nlohmann::json wire;
   std::vector<std::string> reads;   // rendered record keys
   std::vector<std::string> writes;  // rendered record keys
 };
@@ -49,10 +52,17 @@ bool valid_pointer(std::string_view pointer);
 // Applies an Extractor to a document. Errors name what did not resolve.
 Expected<nlohmann::json> extract(const Extractor& extractor, const nlohmann::json& doc);
 
-// The variables a stage's incoming request binds (`bind`).
+// The variables a stage's incoming request binds (`bind`): `request_body` as its caller sent it,
+// in the stage's protocol (for a messages or responses stage, not its chat translation).
 Expected<Bindings> bind_request(const Stage& stage, const nlohmann::json& request_body);
-// The variables a stage's response defines (`outputs`).
+// The variables a stage's response defines (`outputs`). `response` is the answer as dynrt keeps
+// it (a chat completion for a messages or responses stage): the pointers read it in the
+// stage's own protocol, translated first.
 Expected<Bindings> read_outputs(const Stage& stage, const nlohmann::json& response);
+
+// The answer as dynrt keeps it, in the protocol `api`'s form (itself for chat and
+// completions); nullopt when it is not an answer the translation reads.
+std::optional<nlohmann::json> answer_in(ModelApi api, const nlohmann::json& response);
 
 struct SelectionResult {
   enum class Status { selected, unreadable, ambiguous };

@@ -107,7 +107,7 @@ struct Language {
   Type stage_list = list_of(&stage_name, /*non_empty=*/true, /*unique=*/true);
   Type stage_refs = either({&stage_name, &stage_list});
   Type stop = either({&string, &string_list});
-  Type api = enum_of({"chat", "completions"});
+  Type api = enum_of({"chat", "completions", "messages", "responses"});
   Type window = enum_of({"decode", "user"});
   Type promotion = enum_of({"exclusive", "independent"});
   Type share = enum_of({"tenant", "global"});
@@ -219,7 +219,10 @@ struct Language {
              concat(concat(stage_common(&kind_model), stage_runs()),
                     {{"model", &string, true, "The model name the request carries."},
                      {"api", &api, false,
-                      "chat (/v1/chat/completions, the default) or completions (/v1/completions)."},
+                      "The protocol the stage's calls speak: chat (/v1/chat/completions, the "
+                      "default), completions (/v1/completions), messages (Anthropic, "
+                      "/v1/messages) or responses (OpenAI, /v1/responses). The request, `bind` "
+                      "and `outputs` are written in that protocol's form."},
                      {"params", &params, false, "Result-determining parameters."},
                      {"request", &request, false,
                       "The request body template; required when the stage is speculable, since "

@@ -28,7 +28,17 @@ std::string_view to_string(StageKind k) {
   return "model";
 }
 std::string_view to_string(ModelApi a) {
-  return a == ModelApi::chat ? "chat" : "completions";
+  switch (a) {
+    case ModelApi::chat:
+      return "chat";
+    case ModelApi::completions:
+      return "completions";
+    case ModelApi::messages:
+      return "messages";
+    case ModelApi::responses:
+      return "responses";
+  }
+  return "chat";
 }
 std::string_view to_string(Window w) {
   return w == Window::decode ? "decode" : "user";
@@ -56,7 +66,7 @@ std::string_view to_string(CandidateSourceKind k) {
 std::string Stage::endpoint() const {
   switch (kind) {
     case StageKind::model:
-      return api == ModelApi::chat ? "/v1/chat/completions" : "/v1/completions";
+      return api == ModelApi::completions ? "/v1/completions" : "/v1/chat/completions";
     case StageKind::tool:
       return std::string(kToolPrefix) + tool;
     case StageKind::user:

@@ -32,7 +32,9 @@ using LoopId = std::uint32_t;
 inline constexpr std::uint32_t kNoId = std::numeric_limits<std::uint32_t>::max();
 
 enum class StageKind { model, tool, user };
-enum class ModelApi { chat, completions };
+// The protocol a model stage's requests speak. Messages (Anthropic) and responses (OpenAI)
+// run as the chat completion they translate to (protocols/protocols.hpp).
+enum class ModelApi { chat, completions, messages, responses };
 enum class Window { decode, user };
 enum class Promotion { exclusive, independent };
 // Whose results a stage's library entries and fills may serve: only the tenant whose call
@@ -93,6 +95,7 @@ struct Stage {
   Hash128 fingerprint;            // XXH3-128 of the stage's canonical definition
 
   // "/v1/chat/completions", "/v1/completions" or "/v1/dynrt/tools/<tool>"; empty for user.
+  // Where dynrt runs it: a messages or responses stage runs as a chat completion.
   std::string endpoint() const;
 };
 
@@ -111,6 +114,7 @@ struct CandidateSource {
 
 struct Selection {
   Extractor extract;
+  ModelApi api = ModelApi::chat;  // the protocol of the deciding stage's answer, read in it
   std::map<std::string, std::string> map;  // text found -> candidate; empty: the text itself
 };
 

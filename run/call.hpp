@@ -42,6 +42,10 @@ struct Request {
   nlohmann::json body;                            // the exact body (tool calls: the arguments)
   Tags tags;
   Caller caller = {};  // whose call it is (default: the default tenant, no limits of its own)
+  // A call the gateway translated (Anthropic Messages, OpenAI Responses): its body as the
+  // caller sent it, which `body`, the chat completion dynrt runs, translates; null otherwise.
+  // A stage written in that protocol binds its variables from it.
+  nlohmann::json wire = nullptr;
 };
 
 // How an answer was produced. The body never says; only this does.

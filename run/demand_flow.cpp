@@ -27,10 +27,15 @@ const dsl::Stage& DemandFlow::stage_of(const Pending& p) const {
 }
 
 DemandEffects DemandFlow::start(DemandId id, const dsl::Stage& stage, std::string endpoint,
-                                std::shared_ptr<const nlohmann::json> body) {
+                                std::shared_ptr<const nlohmann::json> body,
+                                const nlohmann::json& wire) {
   DemandEffects fx;
   // Variables, a user's pick it carries, a branch it opens (before it runs, so fills overlap).
-  fx.push_back(Branches{run_.demand(stage, *body)});
+  // A stage written as Messages or Responses binds from the request in that form; a call that
+  // did not come in it binds nothing there.
+  const bool translated =
+      stage.api == dsl::ModelApi::messages || stage.api == dsl::ModelApi::responses;
+  fx.push_back(Branches{run_.demand(stage, translated ? wire : *body)});
   Pending p;
   p.stage = stage.id;
   p.name = stage_name(config_.policy, stage, endpoint, *body, config_.caller, config_.run);

@@ -165,8 +165,11 @@ class DemandFlow {
   DemandFlow(WorkflowRun& run, const Clock& clock, Config config);
 
   // A demand for `stage` arrived with its request (`body` is kept until it is answered).
+  // `wire`: the request as its caller sent it when the gateway translated it from another
+  // protocol (null otherwise); a stage written in that protocol binds from it.
   DemandEffects start(DemandId id, const dsl::Stage& stage, std::string endpoint,
-                      std::shared_ptr<const nlohmann::json> body);
+                      std::shared_ptr<const nlohmann::json> body,
+                      const nlohmann::json& wire = nullptr);
   // The library answered a Probe (nullopt: it did not answer).
   DemandEffects served(DemandId id, const std::optional<ServeReply>& reply);
   // The library answered a Claim (nullopt: it did not answer; the demand runs unstored).

@@ -52,6 +52,65 @@ TEST_F(RenderTest, ToolStagesRenderArgumentsAndRecordKeys) {
   EXPECT_TRUE(r->writes.empty());
 }
 
+// Stages written in the Anthropic Messages and OpenAI Responses protocols: rendered in their
+// form, run as the chat completion it translates to; outputs and selections read the answer in
+// their form.
+TEST(RenderProtocols, AMessagesStageRendersItsWireFormAndRunsAsChat) {
+  const TemplateGraph g =
+      compile_clean(testing::read_file("tests/e2e/data/protocols/triage-messages.yaml"));
+  const Stage& handle = *g.stage("handle");
+  EXPECT_EQ(handle.api, ModelApi::messages);
+  const auto r = render_stage(handle, {{"handler", "email"}, {"query", "mail Ana"}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->endpoint, "/v1/chat/completions");
+  EXPECT_EQ(r->wire["system"], "You are the email handler. Answer in one short paragraph.");
+  EXPECT_EQ(r->wire["max_tokens"], 256);
+  EXPECT_EQ(r->body, json::parse(R"({"model": "qwen3-32b", "temperature": 0, "max_tokens": 256,
+    "messages": [{"role": "system", "content": "You are the email handler. Answer in one short paragraph."},
+                 {"role": "user", "content": "mail Ana"}]})"));
+  // `bind` reads the request as the agent sent it.
+  const auto bound = bind_request(*g.stage("router"), r->wire);
+  ASSERT_TRUE(bound.ok());
+  EXPECT_EQ(bound->at("query"), "mail Ana");
+  // The selection reads the chat answer as the message it becomes.
+  const json chat = json::parse(R"({"id": "chatcmpl-1", "choices": [{"index": 0,
+    "message": {"role": "assistant", "content": "Thinking.\nHANDLER: calendar"},
+    "finish_reason": "stop"}]})");
+  const auto sel = read_selection(g.decisions[0], chat);
+  EXPECT_EQ(sel.status, SelectionResult::Status::selected) << sel.reason;
+  EXPECT_EQ(sel.value, "calendar");
+  const auto as_message = answer_in(ModelApi::messages, chat);
+  ASSERT_TRUE(as_message);
+  EXPECT_EQ((*as_message)["content"][0]["text"], "Thinking.\nHANDLER: calendar");
+}
+
+TEST(RenderProtocols, AResponsesStageRendersInstructionsAndInput) {
+  const TemplateGraph g =
+      compile_clean(testing::read_file("tests/e2e/data/protocols/triage-responses.yaml"));
+  const auto r = render_stage(*g.stage("router"), {{"query", "rain?"}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->wire["input"], "rain?");
+  EXPECT_EQ(r->body["max_tokens"], 512);
+  EXPECT_EQ(r->body["messages"][1], (json{{"role", "user"}, {"content", "rain?"}}));
+  const auto sel =
+      read_selection(g.decisions[0], json::parse(R"({"id": "chatcmpl-2", "choices": [{"index": 0,
+        "message": {"role": "assistant", "content": "HANDLER: weather"}, "finish_reason": "stop"}]})"));
+  EXPECT_EQ(sel.value, "weather") << sel.reason;
+}
+
+TEST(RenderProtocols, AMessagesStageWithoutMaxTokensIsAFinding) {
+  std::string text = testing::read_file("tests/e2e/data/protocols/triage-messages.yaml");
+  const auto at = text.find("params: {temperature: 0, max_tokens: 256}");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 41, "params: {temperature: 0}");
+  const LintReport r = testing::lint(text);
+  bool found = false;
+  for (const auto& d : r.diagnostics)
+    found = found || (d.message.find("a messages request needs") != std::string::npos &&
+                      d.message.find("max_tokens") != std::string::npos);
+  EXPECT_TRUE(found) << "a messages request without max_tokens cannot be sent";
+}
+
 TEST(RenderText, AWholeTagInsertsTheJsonValueItself) {
   const json history = json::parse(R"([{"role": "user", "content": "hi"}])");
   const auto r = render_text("{{history}}", {{"history", history}});
