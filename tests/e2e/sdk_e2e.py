@@ -1,7 +1,9 @@
 """The JavaScript clients of docs/harnesses.md, run through `dynrt serve` in front of
 `dynrt-sim-engine`: the official OpenAI Node SDK (tests/e2e/sdk/openai_node.mjs) and LangGraph.js
 with LangChain JS's ChatOpenAI (tests/e2e/sdk/langgraph.mjs), each a Routing run as the docs
-write it. Checks that the calls arrive tagged, that the handler calls (the template's `max_tokens`
+write it; and the Anthropic SDK's Messages and the OpenAI SDK's Responses calls, whole and
+streamed, made once to the engine and once through dynrt with nothing changed but the base URL
+(tests/e2e/sdk/protocols.mjs), which must answer the same content. Checks that the calls arrive tagged, that the handler calls (the template's `max_tokens`
 as each client sends it; streamed, for LangChain) are served by fill, that a repeated run is
 served from the library, and that every answer is the engine's own, byte for byte.
 
@@ -47,7 +49,8 @@ def install():
         if p.returncode != 0:
             os.remove(manifest)
             return None, "npm install failed: " + p.stderr[-400:]
-    for script in ("openai_node.mjs", "langgraph.mjs", "langgraph_interceptor.mjs", "routing.mjs"):
+    for script in ("openai_node.mjs", "langgraph.mjs", "langgraph_interceptor.mjs", "routing.mjs",
+                   "protocols.mjs", "protocols_tagged.mjs"):
         shutil.copy(os.path.join(HERE, "sdk", script), cache)
     shutil.copy(os.path.join(HERE, "..", "..", "clients", "node", "dynrt-fetch.mjs"), cache)
     return cache, ""
@@ -86,6 +89,119 @@ def handler_system(h):
             "\"arguments\": {...}} that calls the %s API." % (h, h))
 
 
+def protocols(cache, engine_base, base):
+    """The Anthropic and OpenAI Responses SDKs, base URL only: the same content from the engine
+    and through dynrt, whole and streamed, and the same refusals."""
+    want = node(cache, "protocols.mjs", engine_base)
+    got = node(cache, "protocols.mjs", base)
+    print("protocols: through dynrt %s" % json.dumps(got)[:600], flush=True)
+    for name in ("messages", "responses"):
+        whole = got.get(name + "_whole", {})
+        check(whole.get("text") and whole.get("text") == want.get(name + "_whole", {}).get("text"),
+              "%s SDK: the whole answer through dynrt is the engine's, byte for byte: %r vs %r" %
+              (name, whole.get("text", "")[:80], want.get(name + "_whole", {}).get("text", "")[:80]))
+        check(whole.get("usage") == want.get(name + "_whole", {}).get("usage"),
+              "%s SDK: the usage is the engine's: %s" % (name, whole.get("usage")))
+        check(whole.get("id") == want.get(name + "_whole", {}).get("id"),
+              "%s SDK: the id is the engine's: %s" % (name, whole.get("id")))
+        check(whole.get("served") == "engine" and want.get(name + "_whole", {}).get("served") is None,
+              "%s SDK: untagged, the call passes through to the engine: %s" %
+              (name, whole.get("served")))
+    m = got.get("messages_stream", {})
+    check(m.get("text") == got.get("messages_whole", {}).get("text") and m.get("deltas") == m.get("text"),
+          "Anthropic SDK: the streamed message (its text events and the accumulated message) "
+          "equals the whole one")
+    check(m.get("stop_reason") == want.get("messages_stream", {}).get("stop_reason") and
+          m.get("usage") == want.get("messages_stream", {}).get("usage"),
+          "Anthropic SDK: the streamed stop reason and usage are the engine's: %s %s" %
+          (m.get("stop_reason"), m.get("usage")))
+    ev = got.get("messages_events", {})
+    check(ev.get("types") == ["message_start", "content_block_start", "content_block_delta",
+                              "content_block_stop", "message_delta", "message_stop"],
+          "Anthropic SDK: the raw stream's event types, in order: %s" % ev.get("types"))
+    check(ev.get("text") == m.get("text"), "Anthropic SDK: the raw text deltas add up to the text")
+    r = got.get("messages_refused", {})
+    check(r.get("status") == 400 and r.get("type") == "invalid_request_error" and
+          r == want.get("messages_refused"),
+          "Anthropic SDK: a request with thinking is refused alike, 400 in Anthropic's shape: %s" % r)
+    s = got.get("responses_stream", {})
+    check(s.get("deltas") == got.get("responses_whole", {}).get("text") and s.get("text") == s.get("deltas"),
+          "Responses: the streamed deltas and response.completed equal the whole answer")
+    check(s.get("types", [])[:2] == ["response.created", "response.in_progress"] and
+          s.get("types", [])[-1:] in (["response.completed"], ["response.incomplete"]),
+          "Responses: the stream opens with response.created and ends with its completion: %s" %
+          s.get("types"))
+    check(s.get("usage") == want.get("responses_stream", {}).get("usage"),
+          "Responses: the streamed usage is the engine's")
+    check(got.get("responses_helper", {}).get("text") == s.get("deltas"),
+          "Responses: the SDK's streaming helper assembles the same text")
+    t = got.get("messages_tool", {})
+    calls = [b for b in t.get("content", []) if b.get("type") == "tool_use"]
+    check(len(calls) == 1 and calls[0].get("name") == "read_file" and
+          calls[0].get("input") == {"path": "parser.c"} and t.get("stop_reason") == "tool_use",
+          "Anthropic SDK: the engine's tool call arrives as a tool_use block: %s" % t.get("content"))
+    check(t == want.get("messages_tool"), "Anthropic SDK: the tool-calling answer is the engine's")
+    check(t.get("streamed") == t.get("content"),
+          "Anthropic SDK: the streamed tool call (input_json_delta) accumulates to the whole one")
+    t = got.get("responses_tool", {})
+    items = [i for i in t.get("output", []) if i.get("type") == "function_call"]
+    check(len(items) == 1 and items[0].get("name") == "read_file" and
+          json.loads(items[0].get("arguments", "null")) == {"path": "parser.c"},
+          "Responses: the engine's tool call arrives as a function_call item: %s" % t.get("output"))
+    check(t == want.get("responses_tool"), "Responses: the tool-calling answer is the engine's")
+    check(t.get("streamed") == t.get("output"),
+          "Responses: the streamed response.completed carries the same output items")
+    r = got.get("responses_refused", {})
+    check(r.get("status") == 400 and r.get("param") == "previous_response_id" and
+          r == want.get("responses_refused"),
+          "Responses: previous_response_id is refused alike, 400 naming the field: %s" % r)
+
+
+def wire(port, path, body):
+    """A Messages or Responses call made to the engine itself; the answer's text."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    answer = json.loads(conn.getresponse().read())
+    conn.close()
+    if path == "/v1/messages":
+        return "".join(b.get("text", "") for b in answer["content"])
+    return "".join(c["text"] for item in answer["output"] for c in item.get("content", []))
+
+
+TRIAGE_HANDLER = "You are the %s handler. Answer in one short paragraph."
+
+
+def templated(cache, engine_port, base):
+    """Stages written in the Messages and Responses protocols (tests/e2e/data/protocols): the
+    router runs on the engine, the streamed handler is served by fill, a new run's router from
+    the library, every answer the engine's own."""
+    query = "[route weather] is it windy in Faro"
+    first = node(cache, "protocols_tagged.mjs", base, "proto-run-1", query)
+    again = node(cache, "protocols_tagged.mjs", base, "proto-run-2", query)
+    print("protocols, tagged: %s" % json.dumps(first)[:400], flush=True)
+    for name, path in (("messages", "/v1/messages"), ("responses", "/v1/responses")):
+        run = first.get(name, {})
+        check(run.get("handler") == "weather", "%s template: the router picked weather" % name)
+        check(run.get("served") == ["engine", "fill"],
+              "%s template: router on the engine, the streamed handler by fill: %s" %
+              (name, run.get("served")))
+        check(again.get(name, {}).get("served", [None])[0] == "cache",
+              "%s template: a new run's router comes from the library: %s" %
+              (name, again.get(name, {}).get("served")))
+        limit = "max_tokens" if name == "messages" else "max_output_tokens"
+        body = {"model": "qwen3-32b", "temperature": 0, limit: 256}
+        if name == "messages":
+            body.update(system=TRIAGE_HANDLER % "weather",
+                        messages=[{"role": "user", "content": query}])
+        else:
+            body.update(instructions=TRIAGE_HANDLER % "weather", input=query)
+        check(run.get("handle") and run.get("handle") == wire(engine_port, path, body),
+              "%s template: the handler answer served by fill is the engine's, byte for byte" %
+              name)
+        check(again.get(name, {}).get("router") == run.get("router"),
+              "%s template: the library's router answer is the first one" % name)
+
+
 def main():
     dynrt, sim = sys.argv[1], sys.argv[2]
     cache, why = install()
@@ -98,13 +214,17 @@ def main():
         for h in ("weather", "calendar", "email"):
             f.write(json.dumps({"contains": "[route %s]" % h,
                                 "response": reasoning + "\nHANDLER: " + h}) + "\n")
+        f.write(json.dumps({"contains": "[tool read]", "response": "I will read the file.",
+                            "tool_calls": [{"name": "read_file",
+                                            "arguments": {"path": "parser.c"}}]}) + "\n")
     with open(os.path.join(tmp, "corpus.json"), "w") as f:
         json.dump({"documents": [{"key": "api:" + h, "text": h + " API: ok"}
                                  for h in ("weather", "calendar", "email")],
                    "tools": {"call_api": "api:{{api}}"}}, f)
     engine, engine_port, _ = launch([sim, "--port", "0", "--time-scale", "10", "--script",
                                      os.path.join(tmp, "script.jsonl")])
-    serve, port, _ = launch([dynrt, "serve", "templates", "--port", "0", "--engine",
+    serve, port, _ = launch([dynrt, "serve", "templates", os.path.join(HERE, "data", "protocols"),
+                             "--port", "0", "--engine",
                              "qwen3-32b=http://127.0.0.1:%d" % engine_port, "--corpus",
                              os.path.join(tmp, "corpus.json")], r":(\d+) ")
     base = "http://127.0.0.1:%d" % port
@@ -155,6 +275,9 @@ def main():
         handler = tagged.get("handler", "")
         check(tagged.get("handle") == direct(engine_port, handler_system(handler), query, 256),
               "interceptor: the streamed handler answer is the engine's, byte for byte")
+
+        protocols(cache, "http://127.0.0.1:%d" % engine_port, base)
+        templated(cache, engine_port, base)
     finally:
         stop(serve)
         engine.terminate()
