@@ -853,8 +853,9 @@ struct StreamTranslator::State {
   int sequence = 0;          // Responses: every event's sequence_number
   // The block (Messages) or output item (Responses) open now: -1 none, 0 text, k + 1 tool call k.
   int open = -1;
-  int index = -1;  // its index among the blocks or output items
-  std::string text;
+  int index = -1;      // its index among the blocks or output items
+  int text_items = 0;  // text blocks or message items opened so far
+  std::string text;    // the open one's text
   std::map<int, ToolCall> calls;
   std::map<int, int> call_index;                // tool call -> its block or output item index
   ordered_json output = ordered_json::array();  // Responses: the items done so far
@@ -897,7 +898,11 @@ struct StreamTranslator::State {
   }
 
   std::string item_id() const {
-    return open == 0 ? "msg_" + suffix : "fc_" + suffix + "_" + std::to_string(open - 1);
+    // Text after a tool call (rare) opens a second message item, with an id of its own.
+    if (open == 0)
+      return text_items <= 1 ? "msg_" + suffix
+                             : "msg_" + suffix + "_" + std::to_string(text_items - 1);
+    return "fc_" + suffix + "_" + std::to_string(open - 1);
   }
 
   std::string close() {
@@ -940,6 +945,8 @@ struct StreamTranslator::State {
     std::string f = close();
     open = 0;
     ++index;
+    ++text_items;
+    text.clear();
     if (api == Api::messages)
       return f + event("content_block_start",
                        {{"index", index}, {"content_block", {{"type", "text"}, {"text", ""}}}});

@@ -393,6 +393,21 @@ TEST(ResponsesStream, EventsAreNumberedAndTheLastCarriesTheWholeResponse) {
   EXPECT_EQ(fs.back().second["response"]["usage"], whole["usage"]);
 }
 
+TEST(ResponsesStream, TextAfterAToolCallIsAMessageItemOfItsOwn) {
+  StreamTranslator t(Api::responses, json{{"model", "m"}, {"input", "q"}});
+  std::string text =
+      t.chunk(R"({"id":"chatcmpl-y","choices":[{"index":0,"delta":{"content":"one"}}]})");
+  text += t.chunk(
+      R"({"id":"chatcmpl-y","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"ls","arguments":"{}"}}]}}]})");
+  text += t.chunk(R"({"id":"chatcmpl-y","choices":[{"index":0,"delta":{"content":"two"}}]})");
+  text += t.finish();
+  const json output = frames(text).back().second["response"]["output"];
+  ASSERT_EQ(output.size(), 3u) << output.dump();
+  EXPECT_EQ(output[0]["content"][0]["text"], "one");
+  EXPECT_EQ(output[2]["content"][0]["text"], "two");
+  EXPECT_NE(output[0]["id"], output[2]["id"]);
+}
+
 TEST(ResponsesStream, AnEmptyAnswerStillHasItsMessageAndACutOneIsIncomplete) {
   StreamTranslator t(Api::responses, json{{"model", "m"}, {"input", "q"}});
   std::string text =
