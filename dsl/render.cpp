@@ -16,6 +16,15 @@ using nlohmann::json;
 
 namespace {
 
+// The protocol a translated stage speaks, as protocols/ names it.
+protocols::Api protocol_of(ModelApi api) {
+  return api == ModelApi::messages ? protocols::Api::messages : protocols::Api::responses;
+}
+
+}  // namespace
+
+namespace {
+
 // The text a non-string value renders as inside a larger string.
 std::string text_of(const json& v) {
   if (v.is_string()) return v.get<std::string>();
@@ -238,14 +247,11 @@ Expected<RenderedRequest> render_stage(const Stage& stage, const Bindings& vars)
       out.body["model"] = stage.model;
       for (const auto& [k, v] : stage.params.items())
         out.body[k] = v;
-      if (stage.api == ModelApi::messages || stage.api == ModelApi::responses) {
+      if (translated(stage.api)) {
         // Rendered in its protocol, run as the chat completion that translates to: the very
         // request a call of that protocol becomes at the gateway.
         out.wire = out.body;
-        auto chat = protocols::to_chat(stage.api == ModelApi::messages
-                                                    ? protocols::Api::messages
-                                                    : protocols::Api::responses,
-                                                out.wire);
+        auto chat = protocols::to_chat(protocol_of(stage.api), out.wire);
         if (!chat.ok())
           return make_error("stage \"" + stage.name + "\": the " +
                             std::string(to_string(stage.api)) +
@@ -307,27 +313,16 @@ Expected<Bindings> bind_request(const Stage& stage, const json& request_body) {
 }
 
 Expected<Bindings> read_outputs(const Stage& stage, const json& response) {
-  if (stage.api != ModelApi::messages && stage.api != ModelApi::responses)
-    return apply_all(stage, stage.outputs, response, "output");
-  auto translated = answer_in(stage.api, response);
-  if (!translated)
+  if (!translated(stage.api)) return apply_all(stage, stage.outputs, response, "output");
+  auto in_protocol = answer_in(stage.api, response);
+  if (!in_protocol)
     return make_error("stage \"" + stage.name + "\": the answer is not a chat completion");
-  return apply_all(stage, stage.outputs, *translated, "output");
+  return apply_all(stage, stage.outputs, *in_protocol, "output");
 }
 
 std::optional<json> answer_in(ModelApi api, const json& response) {
-  switch (api) {
-    case ModelApi::chat:
-    case ModelApi::completions:
-      return response;
-    case ModelApi::messages:
-      return protocols::answer_of(protocols::Api::messages, json::object(),
-                                           response);
-    case ModelApi::responses:
-      return protocols::answer_of(protocols::Api::responses, json::object(),
-                                           response);
-  }
-  return response;
+  if (!translated(api)) return response;
+  return protocols::answer_of(protocol_of(api), json::object(), response);
 }
 
 namespace {
@@ -446,16 +441,15 @@ std::optional<std::string> sole_match(const re2::RE2& re, const std::string& tex
 SelectionResult read_selection(const Decision& decision, const json& chat_output) {
   using Status = SelectionResult::Status;
   SelectionResult out;
-  std::optional<json> translated;
-  if (decision.selection.api == ModelApi::messages ||
-      decision.selection.api == ModelApi::responses) {
-    translated = answer_in(decision.selection.api, chat_output);
-    if (!translated) {
+  std::optional<json> in_protocol;
+  if (translated(decision.selection.api)) {
+    in_protocol = answer_in(decision.selection.api, chat_output);
+    if (!in_protocol) {
       out.reason = "the deciding stage's answer is not a chat completion";
       return out;
     }
   }
-  const json& decider_output = translated ? *translated : chat_output;
+  const json& decider_output = in_protocol ? *in_protocol : chat_output;
   const Extractor& ex = decision.selection.extract;
   auto located = locate(ex, decider_output);
   if (!located) {

@@ -35,6 +35,10 @@ enum class StageKind { model, tool, user };
 // The protocol a model stage's requests speak. Messages (Anthropic) and responses (OpenAI)
 // run as the chat completion they translate to (protocols/protocols.hpp).
 enum class ModelApi { chat, completions, messages, responses };
+// A stage in a protocol dynrt translates to chat completions (messages, responses).
+inline bool translated(ModelApi a) {
+  return a == ModelApi::messages || a == ModelApi::responses;
+}
 enum class Window { decode, user };
 enum class Promotion { exclusive, independent };
 // Whose results a stage's library entries and fills may serve: only the tenant whose call

@@ -33,9 +33,7 @@ DemandEffects DemandFlow::start(DemandId id, const dsl::Stage& stage, std::strin
   // Variables, a user's pick it carries, a branch it opens (before it runs, so fills overlap).
   // A stage written as Messages or Responses binds from the request in that form; a call that
   // did not come in it binds nothing there.
-  const bool translated =
-      stage.api == dsl::ModelApi::messages || stage.api == dsl::ModelApi::responses;
-  fx.push_back(Branches{run_.demand(stage, translated ? wire : *body)});
+  fx.push_back(Branches{run_.demand(stage, dsl::translated(stage.api) ? wire : *body)});
   Pending p;
   p.stage = stage.id;
   p.name = stage_name(config_.policy, stage, endpoint, *body, config_.caller, config_.run);
