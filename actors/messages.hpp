@@ -236,7 +236,7 @@ using ExecPtr = std::shared_ptr<const Exec>;
 // What the csl actor did with the shared tier (store/shared_tier.hpp), beside the tier's own
 // statistics.
 struct TierCounts {
-  std::uint64_t imported = 0;       // demands served by an entry another replica computed
+  std::uint64_t imported = 0;       // entries another replica computed, brought in here
   std::uint64_t checks_failed = 0;  // local results refused: a record they read was written
   std::uint64_t remote_writes = 0;  // writes other replicas took, applied here
   std::uint64_t shared = 0;         // results written through to the tier

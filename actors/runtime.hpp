@@ -172,7 +172,7 @@ struct RuntimeStats {
   // and the tier's own counts. All zero without one.
   struct Shared {
     bool enabled = false;
-    std::uint64_t imported = 0;       // demands served by a result another replica computed
+    std::uint64_t imported = 0;       // results another replica computed, brought in here
     std::uint64_t checks_failed = 0;  // results here refused: a record they read was written
     std::uint64_t remote_writes = 0;  // other replicas' writes applied here
     std::uint64_t shared = 0;         // results written through

@@ -250,6 +250,7 @@ struct TierWait {
   Duration ttl{0};            // validate: the hit's TTL left
   Hash128 name;               // get, validate
   std::uint64_t removed = 0;  // write: entries removed here
+  std::vector<caf::response_promise> joined;  // get: demands for the same name asked meanwhile
 };
 
 std::uint64_t ref_key(csl::EntryRef r) {
@@ -273,6 +274,7 @@ struct CslState {
   std::shared_ptr<LifeGate> life;
   std::unordered_map<std::uint64_t, TierMeta> meta;  // by ref_key, entries that read records
   std::unordered_map<std::uint64_t, TierWait> waits;
+  std::unordered_map<Hash128, std::uint64_t> getting;  // name -> its tier lookup in flight
   std::uint64_t next_wait = 1;
   TierCounts tier_counts;
 
@@ -376,6 +378,26 @@ std::uint64_t wait_for(stateful_actor<CslState>* self, TierWait w) {
   return id;
 }
 
+// A local miss for `name`: ask the tier, or join the lookup for it already in flight, so a
+// fill and a demand missing together import one result with one request.
+void get_from_tier(stateful_actor<CslState>* self, const Hash128& name,
+                   caf::response_promise promise) {
+  auto& st = self->state;
+  if (const auto g = st.getting.find(name); g != st.getting.end()) {
+    st.waits.at(g->second).joined.push_back(std::move(promise));
+    return;
+  }
+  TierWait w;
+  w.kind = TierWait::Kind::get;
+  w.promise = std::move(promise);
+  w.name = name;
+  const auto id = wait_for(self, std::move(w));
+  st.getting.emplace(name, id);
+  st.tier->get(name, [cb = answer_to(self, id)](std::optional<store::SharedEntry> e) {
+    cb(TierAnswer{0, e.has_value(), std::move(e)});
+  });
+}
+
 // The tier answered request `a.id`: the waiting demand (or write) gets its answer now.
 void tier_answered(stateful_actor<CslState>* self, const TierAnswer& a) {
   auto& st = self->state;
@@ -400,19 +422,15 @@ void tier_answered(stateful_actor<CslState>* self, const TierAnswer& a) {
           break;
         }
         // Another replica may have computed it again since the write: look there.
-        TierWait g;
-        g.kind = TierWait::Kind::get;
-        g.promise = std::move(w.promise);
-        g.name = w.name;
-        const auto id = wait_for(self, std::move(g));
-        st.tier->get(w.name, [cb = answer_to(self, id)](std::optional<store::SharedEntry> e) {
-          cb(TierAnswer{0, e.has_value(), std::move(e)});
-        });
+        get_from_tier(self, w.name, std::move(w.promise));
       }
       break;
     case TierWait::Kind::get: {
+      st.getting.erase(w.name);
       if (!a.entry) {
         w.promise.deliver(ServeReply{});
+        for (auto& p : w.joined)
+          p.deliver(ServeReply{});
         break;
       }
       const auto& e = *a.entry;
@@ -440,6 +458,8 @@ void tier_answered(stateful_actor<CslState>* self, const TierAnswer& a) {
       r.cost = e.cost;
       ++st.tier_counts.imported;
       w.promise.deliver(r);
+      for (auto& p : w.joined)
+        p.deliver(r);
       break;
     }
     case TierWait::Kind::write:
@@ -525,14 +545,7 @@ behavior csl_actor(stateful_actor<CslState>* self, CslConfig config,
           return caf::result<ServeReply>(caf::delegated<ServeReply>());
         }
         if (!q.probe) return r;
-        TierWait w;
-        w.kind = TierWait::Kind::get;
-        w.promise = self->make_response_promise();
-        w.name = name;
-        const auto id = wait_for(self, std::move(w));
-        st.tier->get(name, [cb = answer_to(self, id)](std::optional<store::SharedEntry> e) {
-          cb(TierAnswer{0, e.has_value(), std::move(e)});
-        });
+        get_from_tier(self, name, self->make_response_promise());
         return caf::result<ServeReply>(caf::delegated<ServeReply>());
       },
       [=](tier_atom, const TierAnswerPtr& a) { tier_answered(self, *a); },

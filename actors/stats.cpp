@@ -84,7 +84,7 @@ constexpr std::array kDerived = {
 // The shared library tier's, exported only when one is configured.
 constexpr std::array kShared = {
     DerivedSpec{"dynrt_shared_connected", "gauge", "1 while the shared library tier's Redis is reachable.", [](const RuntimeStats& s) { return double(s.shared.tier.connected); }},
-    DerivedSpec{"dynrt_shared_hits_total", "counter", "Local misses served by a result from the shared tier (computed by any replica).", [](const RuntimeStats& s) { return double(s.shared.imported); }},
+    DerivedSpec{"dynrt_shared_hits_total", "counter", "Results brought in from the shared tier (computed by any replica) to serve local misses; misses for one name at once share one lookup.", [](const RuntimeStats& s) { return double(s.shared.imported); }},
     DerivedSpec{"dynrt_shared_misses_total", "counter", "Shared tier lookups that found no current result.", [](const RuntimeStats& s) { return double(s.shared.tier.misses); }},
     DerivedSpec{"dynrt_shared_stale_total", "counter", "Shared results found out of date (a record they read was written) and not served.", [](const RuntimeStats& s) { return double(s.shared.tier.stale); }},
     DerivedSpec{"dynrt_shared_checks_failed_total", "counter", "Results held here refused before serving: the shared tier had a newer write to a record they read, or could not be asked.", [](const RuntimeStats& s) { return double(s.shared.checks_failed); }},
