@@ -31,6 +31,7 @@ std::optional<TemplateGraph> Compiler::run() {
   for (StageId id = 0; id < g_.stages.size(); ++id)
     decode_stage(id);
   decode_loops();
+  decode_recognition();
   classify_edges();
   decode_decisions();
   scan_templates();

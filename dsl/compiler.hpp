@@ -91,6 +91,9 @@ class Compiler {
   void check_bind_target(StageId id, const MapEntry& e, const std::string& path);
   void decode_loops();
 
+  // compile_recognition.cpp: recognition without tags: `recognize:` and stages' `match:`
+  void decode_recognition();
+
   // compile_decisions.cpp: decoding the decision points: deciders, candidates, selection
   void decode_decisions();
   void decode_decision(Decision& dec, const Node& def, const std::string& path);

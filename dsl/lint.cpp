@@ -1,6 +1,8 @@
 #include "dsl/lint.hpp"
 
 #include "dsl/compile.hpp"
+#include "dsl/recognize.hpp"
+#include "dsl/schema.hpp"
 
 #include <algorithm>
 #include <filesystem>
@@ -452,6 +454,56 @@ const yaml::Node* workflow_node(const std::optional<yaml::Node>& root) {
   return root && root->is_mapping() ? root->get("workflow") : nullptr;
 }
 
+// Two stages, of one template or two, whose match rules provably fit the same untagged calls
+// (dsl/recognize.hpp): the one whose rules include all of the other's is never recognized
+// alone. Reported at its `match`, naming where the other stage's rules are.
+void ambiguous_matches(std::vector<FileResult>& results) {
+  struct Claim {
+    FileResult* file;
+    const Stage* stage;
+    std::string route;
+    Span span;  // its `match` key
+  };
+  std::vector<Claim> claims;
+  for (FileResult& r : results) {
+    if (!r.file.graph || !r.file.source || !r.root || !r.root->is_mapping()) continue;
+    if (r.file.graph->recognize.run == Recognize::Run::none) continue;
+    const yaml::Node* stages = r.root->get("stages");
+    for (const Stage& s : r.file.graph->stages) {
+      if (s.match.empty() || !stages) continue;
+      const yaml::Node* def = stages->get(s.name);
+      const yaml::MapEntry* m = def && def->is_mapping() ? def->find("match") : nullptr;
+      claims.push_back({&r, &s, s.route(), m ? m->key.span : Span{0, 0}});
+    }
+  }
+  auto name = [](const Claim& c) {
+    return "\"" + c.file->file.graph->workflow + "." + c.stage->name + "\"";
+  };
+  auto where = [](const Claim& c) {
+    const Position p = c.file->file.source->position(c.span.begin);
+    return c.file->file.path + ":" + std::to_string(p.line) + ":" + std::to_string(p.column);
+  };
+  for (std::size_t i = 0; i < claims.size(); ++i) {
+    for (std::size_t j = 0; j < claims.size(); ++j) {
+      const Claim& narrow = claims[i];
+      const Claim& wide = claims[j];
+      if (i == j || narrow.route != wide.route) continue;
+      if (!rules_cover(wide.stage->match, narrow.stage->match)) continue;
+      // The same rules twice: reported once, at the later of the two.
+      if (rules_cover(narrow.stage->match, wide.stage->match) && i < j) continue;
+      DiagnosticSink sink(*narrow.file->file.source);
+      sink.add(Rule::ambiguous_match, narrow.span,
+               "stage " + name(narrow) + " is never recognized: every match rule of stage " +
+                   name(wide) + " (" + where(wide) + ") is also one of its own, so a call on " +
+                   narrow.route + " that fits it fits " + name(wide) + " too; give " + name(wide) +
+                   " a rule that this stage's calls fail",
+               "/stages/" + schema::pointer_token(narrow.stage->name) + "/match");
+      for (auto& d : sink.diagnostics())
+        narrow.file->diagnostics.push_back(std::move(d));
+    }
+  }
+}
+
 LintReport finish(std::vector<FileResult> results) {
   LintReport report;
   // Two templates naming the same workflow cannot both serve it.
@@ -468,6 +520,7 @@ LintReport finish(std::vector<FileResult> results) {
     for (auto& d : sink.diagnostics())
       r.diagnostics.push_back(std::move(d));
   }
+  ambiguous_matches(results);
   for (FileResult& r : results) {
     const bool errors =
         std::any_of(r.diagnostics.begin(), r.diagnostics.end(),

@@ -175,6 +175,34 @@ struct Language {
     return t;
   }();
 
+  Type match_rule = object(
+      "MatchRule",
+      "One condition on an untagged call: the value at a JSON pointer in the request as the "
+      "harness sent it equals a literal, or holds a match of a regular expression. A value that "
+      "is not a string is matched as its compact JSON text.",
+      {{"pointer", &string, true,
+        "JSON pointer into the request body (RFC 6901); a `-1` token names the last element of "
+        "a list, e.g. /messages/-1/content/0/type."},
+       {"literal", &string, false, "The exact text the value must be."},
+       {"regex", &string, false,
+        "RE2 regular expression that must match somewhere in the value (anchor it with ^ and $ "
+        "to match the whole)."}});
+  Type match_rules = list_of(&match_rule, /*non_empty=*/true);
+  Type run_conversation = enum_of({"conversation"});
+  Type run_header = object("RunHeader", "A run is identified by a header the client sends.",
+                           {{"header", &string, true,
+                             "The header's name (case-insensitive), e.g. a session id the "
+                             "agent sends with every call."}});
+  Type run_identity = either({&run_conversation, &run_header});
+  Type recognize = object(
+      "Recognize",
+      "How calls that carry no X-DynRT-* headers are recognized as this workflow's: each stage "
+      "with `match` rules claims the calls they fit, and `run` says which run a call belongs to.",
+      {{"run", &run_identity, true,
+        "conversation (a hash of the conversation up to its first assistant turn, so every "
+        "call of one session lands in one run) or {header: NAME} (the value of a header the "
+        "client sends, such as a session id)."}});
+
   Type kind_model = enum_of({"model"});
   Type kind_tool = enum_of({"tool"});
   Type kind_user = enum_of({"user"});
@@ -211,6 +239,10 @@ struct Language {
          "Variables this stage's result defines: variable name -> where it is in the "
          "response (a JSON pointer, or an Extract)."},
         {"ttl_s", &seconds, false, "How long a result of this stage may be reused, in seconds."},
+        {"match", &match_rules, false,
+         "Recognition without tags: conditions that all hold on a call of this stage (on the "
+         "route of its `api` or tool). A call with no X-DynRT-* headers that fits exactly one "
+         "stage's rules is that stage's, in the run the template's `recognize` names."},
     };
   }
 
@@ -364,7 +396,9 @@ struct Language {
               {"stages", &stages, true, "The workflow's stages, by name."},
               {"decisions", &decisions, false, "Decision points (coordinates), by variable name."},
               {"loops", &loops, false, "Repeating groups of stages, by index variable name."},
-              {"limits", &limits, false, "Default bounds for every decision point."}});
+              {"limits", &limits, false, "Default bounds for every decision point."},
+              {"recognize", &recognize, false,
+               "How calls without X-DynRT-* headers are recognized (with stages' `match`)."}});
 
   Language() = default;
   Language(const Language&) = delete;

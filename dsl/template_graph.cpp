@@ -75,6 +75,12 @@ std::string Stage::endpoint() const {
   return {};
 }
 
+std::string Stage::route() const {
+  if (kind == StageKind::model && api == ModelApi::messages) return "/v1/messages";
+  if (kind == StageKind::model && api == ModelApi::responses) return "/v1/responses";
+  return endpoint();
+}
+
 const Stage* TemplateGraph::stage(std::string_view name) const {
   return find_by_name(stages, name);
 }

@@ -63,6 +63,28 @@ struct Extractor {
   std::shared_ptr<const re2::RE2> regex;  // compiled regex_source
 };
 
+// One condition of a stage's recognition rule (`match:`): the value at `pointer` in the
+// request as its caller sent it (in the stage's protocol) equals `literal`, or holds a match of
+// `regex`. A value that is not a string is matched as its compact JSON text. A pointer token
+// "-1" names the last element of a list (the latest message, say).
+struct MatchRule {
+  std::string pointer;
+  std::optional<std::string> literal;
+  std::string regex_source;               // when not a literal
+  std::shared_ptr<const re2::RE2> regex;  // compiled regex_source
+};
+
+// How a workflow's calls that carry no dynrt headers are told apart by run (`recognize:`).
+struct Recognize {
+  enum class Run {
+    none,          // no recognition: the workflow's calls must be tagged
+    header,        // the value of a header the client already sends (a session id)
+    conversation,  // a hash of the conversation up to its first assistant turn
+  };
+  Run run = Run::none;
+  std::string header;  // Run::header: its name, lower-case
+};
+
 struct SpeculationLimits {
   int max_fills = 3;   // most fills admitted per branch; 0 disables filling
   int wait_ms = 2000;  // bounded wait of a demand for its in-flight fill
@@ -94,6 +116,10 @@ struct Stage {
   std::vector<std::pair<std::string, Extractor>> bind;     // from its incoming request
   std::vector<std::pair<std::string, Extractor>> outputs;  // from its response
   DecisionId decides = kNoId;
+  // Recognition without tags: every rule holds on a call of this stage's route (an untagged
+  // call is this stage when they all do, and no other stage's all do). Empty: only tagged
+  // calls are this stage. Not part of the fingerprint: recognizing a call changes no result.
+  std::vector<MatchRule> match;
   std::optional<double> ttl_s;
   std::vector<std::string> uses;  // variables its request, arguments and record keys render
   Hash128 fingerprint;            // XXH3-128 of the stage's canonical definition
@@ -101,6 +127,9 @@ struct Stage {
   // "/v1/chat/completions", "/v1/completions" or "/v1/dynrt/tools/<tool>"; empty for user.
   // Where dynrt runs it: a messages or responses stage runs as a chat completion.
   std::string endpoint() const;
+  // The path the harness sends the stage's calls to: endpoint(), except /v1/messages and
+  // /v1/responses for stages in those protocols. Recognition looks at calls on this route.
+  std::string route() const;
 };
 
 struct CandidateSource {
@@ -171,6 +200,7 @@ class TemplateGraph {
   std::vector<Loop> loops;
   std::vector<Input> inputs;
   SpeculationLimits limits;
+  Recognize recognize;
 
   const Stage* stage(std::string_view name) const;
   const Decision* decision(std::string_view name) const;

@@ -1,0 +1,185 @@
+#include "dsl/recognize.hpp"
+
+#include "runtime/canonical_json.hpp"
+#include "runtime/hash.hpp"
+
+#include <re2/re2.h>
+
+#include <charconv>
+
+namespace dynrt::dsl {
+
+using nlohmann::json;
+
+std::string_view to_string(Recognized::Outcome o) {
+  switch (o) {
+    case Recognized::Outcome::recognized:
+      return "recognized";
+    case Recognized::Outcome::no_match:
+      return "no_match";
+    case Recognized::Outcome::ambiguous:
+      return "ambiguous";
+    case Recognized::Outcome::no_run:
+      return "no_run";
+  }
+  return "no_match";
+}
+
+namespace {
+
+std::string unescape(std::string_view token) {
+  std::string out;
+  out.reserve(token.size());
+  for (std::size_t i = 0; i < token.size(); ++i) {
+    if (token[i] == '~' && i + 1 < token.size() && (token[i + 1] == '0' || token[i + 1] == '1')) {
+      out += token[i + 1] == '0' ? '~' : '/';
+      ++i;
+    } else {
+      out += token[i];
+    }
+  }
+  return out;
+}
+
+bool same_rule(const MatchRule& a, const MatchRule& b) {
+  return a.pointer == b.pointer && a.literal == b.literal &&
+         (a.literal || a.regex_source == b.regex_source);
+}
+
+bool rule_holds(const MatchRule& r, const json& body) {
+  const json* v = resolve_match_pointer(body, r.pointer);
+  if (!v) return false;
+  const std::string text = v->is_string() ? v->get<std::string>()
+                                          : v->dump(-1, ' ', false, json::error_handler_t::replace);
+  if (r.literal) return text == *r.literal;
+  return r.regex && re2::RE2::PartialMatch(text, *r.regex);
+}
+
+}  // namespace
+
+const json* resolve_match_pointer(const json& doc, std::string_view pointer) {
+  const json* at = &doc;
+  if (pointer.empty()) return at;
+  if (pointer.front() != '/') return nullptr;
+  std::size_t pos = 1;
+  while (true) {
+    const std::size_t end = std::min(pointer.find('/', pos), pointer.size());
+    const std::string token = unescape(pointer.substr(pos, end - pos));
+    if (at->is_object()) {
+      const auto it = at->find(token);
+      if (it == at->end()) return nullptr;
+      at = &*it;
+    } else if (at->is_array()) {
+      if (token == "-1") {
+        if (at->empty()) return nullptr;
+        at = &at->back();
+      } else {
+        std::size_t i = 0;
+        const auto [p, ec] = std::from_chars(token.data(), token.data() + token.size(), i);
+        if (ec != std::errc() || p != token.data() + token.size() || token.empty() ||
+            (token.size() > 1 && token[0] == '0') || i >= at->size())
+          return nullptr;
+        at = &(*at)[i];
+      }
+    } else {
+      return nullptr;
+    }
+    if (end == pointer.size()) return at;
+    pos = end + 1;
+  }
+}
+
+bool rules_hold(const std::vector<MatchRule>& rules, const json& body) {
+  if (rules.empty()) return false;
+  for (const auto& r : rules)
+    if (!rule_holds(r, body)) return false;
+  return true;
+}
+
+bool rules_cover(const std::vector<MatchRule>& wider, const std::vector<MatchRule>& narrower) {
+  if (wider.empty()) return false;
+  for (const auto& w : wider) {
+    bool found = false;
+    for (const auto& n : narrower)
+      found = found || same_rule(w, n);
+    if (!found) return false;
+  }
+  return true;
+}
+
+std::optional<std::string> conversation_run(const json& chat) {
+  if (!chat.is_object()) return std::nullopt;
+  const auto messages = chat.find("messages");
+  if (messages == chat.end() || !messages->is_array()) return std::nullopt;
+  json prefix = json::array();
+  bool user = false;
+  for (const auto& m : *messages) {
+    const std::string role = m.is_object() ? m.value("role", std::string()) : std::string();
+    if (role == "assistant") break;
+    user = user || role == "user";
+    prefix.push_back(m);
+  }
+  if (!user) return std::nullopt;
+  json key{{"model", chat.value("model", json())}, {"messages", std::move(prefix)}};
+  return "c-" + xxh3_128("dynrt.conversation.v1\n" + canonical_json(key)).hex();
+}
+
+Recognizer::Recognizer(const std::vector<std::shared_ptr<const TemplateGraph>>& graphs) {
+  for (const auto& g : graphs) {
+    if (!g || g->recognize.run == Recognize::Run::none) continue;
+    for (const auto& s : g->stages)
+      if (!s.match.empty()) rules_.push_back({g, &s, s.route()});
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> Recognizer::stages() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& e : rules_)
+    out.emplace_back(e.graph->workflow, e.stage->name);
+  return out;
+}
+
+Recognized Recognizer::recognize(std::string_view route, const json& wire, const json& chat,
+                                 const HeaderLookup& header) const {
+  Recognized out;
+  const Entry* found = nullptr;
+  for (const auto& e : rules_) {
+    if (e.route != route || !rules_hold(e.stage->match, wire)) continue;
+    if (found) {
+      out.outcome = Recognized::Outcome::ambiguous;
+      out.detail += (out.detail.empty() ? found->graph->workflow + "." + found->stage->name : "") +
+                    " and " + e.graph->workflow + "." + e.stage->name;
+      continue;
+    }
+    found = &e;
+  }
+  if (out.outcome == Recognized::Outcome::ambiguous) {
+    out.detail = "the rules of " + out.detail + " all hold";
+    return out;
+  }
+  if (!found) {
+    out.detail = "no stage's match rules hold";
+    return out;
+  }
+  out.workflow = found->graph->workflow;
+  out.stage = found->stage->name;
+  const auto& how = found->graph->recognize;
+  std::optional<std::string> run;
+  if (how.run == Recognize::Run::header) {
+    run = header ? header(how.header) : std::nullopt;
+    if (run && run->empty()) run.reset();
+    if (!run) out.detail = "the call has no " + how.header + " header to name its run";
+  } else {
+    run = conversation_run(chat);
+    if (!run) out.detail = "the call has no user turn to name its conversation";
+  }
+  if (!run) {
+    out.outcome = Recognized::Outcome::no_run;
+    return out;
+  }
+  out.run = std::move(*run);
+  out.outcome = Recognized::Outcome::recognized;
+  return out;
+}
+
+}  // namespace dynrt::dsl
