@@ -209,6 +209,8 @@ void count_finished(Counters& counters, branch::FillStatus status);
 void read_counters(const Counters& counters, RuntimeStats& stats);
 // The labelled figures of the engines that are pools of replicas, appended to `out`.
 void pool_metrics(const RuntimeStats& stats, std::vector<Metric>& out);
+// The figures of recognition without tags, appended to `out` while any template recognizes.
+void recognition_metrics(const RuntimeStats& stats, std::vector<Metric>& out);
 // The answer to a call whose endpoint no engine or tool serves.
 Reply no_executor_reply(const std::string& endpoint);
 

@@ -5,6 +5,7 @@
 #include "actors/services.hpp"
 #include "actors/workflow.hpp"
 #include "dsl/lint.hpp"
+#include "dsl/recognize.hpp"
 #include "dsl/report.hpp"
 #include "run/run_table.hpp"
 
@@ -325,6 +326,14 @@ struct Compiled {
   std::vector<std::string> names;  // in the order the templates were read
 };
 
+// What recognizes untagged calls for `compiled`'s templates, in the order they were read.
+std::shared_ptr<const dsl::Recognizer> recognizer_of(const Compiled& compiled) {
+  std::vector<std::shared_ptr<const dsl::TemplateGraph>> graphs;
+  for (const auto& name : compiled.names)
+    graphs.push_back(compiled.graphs.at(name));
+  return std::make_shared<const dsl::Recognizer>(graphs);
+}
+
 // Compiles what the linter made of the templates (`reports`, in the order they were read); any
 // error-severity finding refuses them all. Then the configuration's shared stages apply.
 Expected<Compiled> compile_reports(const std::vector<const dsl::LintReport*>& reports,
@@ -469,9 +478,74 @@ struct Runtime::Impl {
   mutable std::shared_mutex templates_mutex;
   std::mutex reload_mutex;  // one reload at a time
 
+  // Recognition without tags over the loaded templates; replaced by reload() with them.
+  std::shared_ptr<const dsl::Recognizer> recognizer;
+
   bool claims(const std::string& workflow) const {
     std::shared_lock lock(templates_mutex);
     return workflow_set.count(workflow) > 0;
+  }
+
+  // Counts of recognition (RuntimeStats::Recognition); calls recognize on their own threads.
+  struct RecognitionCounts {
+    mutable std::mutex mutex;
+    std::map<std::pair<std::string, std::string>, std::uint64_t> recognized;
+    std::uint64_t no_match = 0, ambiguous = 0, no_run = 0;
+  } recognition;
+
+  void recognition_stats(RuntimeStats::Recognition& out) const {
+    std::shared_ptr<const dsl::Recognizer> r;
+    {
+      std::shared_lock lock(templates_mutex);
+      r = recognizer;
+    }
+    std::lock_guard lock(recognition.mutex);
+    out.enabled = (r && !r->empty()) || !recognition.recognized.empty();
+    if (r)
+      for (const auto& st : r->stages())
+        out.recognized[st] = 0;
+    for (const auto& [st, n] : recognition.recognized)
+      out.recognized[st] = n;
+    out.no_match = recognition.no_match;
+    out.ambiguous = recognition.ambiguous;
+    out.no_run = recognition.no_run;
+  }
+
+  // An untagged call a template's match rules claim gets that template's tags (tags win: a
+  // call with any tag is left as it is). Runs on the caller's thread; pure lookups only.
+  void recognize(Request& request) {
+    if (!request.tags.empty()) return;
+    std::shared_ptr<const dsl::Recognizer> r;
+    {
+      std::shared_lock lock(templates_mutex);
+      r = recognizer;
+    }
+    if (!r || r->empty()) return;
+    const auto& wire = request.wire.is_null() ? request.body : request.wire;
+    const auto& route = request.route.empty() ? request.endpoint : request.route;
+    const auto& headers = request.headers;
+    auto found = r->recognize(route, wire, request.body, [&](std::string_view name) {
+      for (const auto& [n, v] : headers)
+        if (n == name) return std::optional<std::string>(v);
+      return std::optional<std::string>();
+    });
+    std::lock_guard lock(recognition.mutex);
+    switch (found.outcome) {
+      case dsl::Recognized::Outcome::recognized:
+        ++recognition.recognized[{found.workflow, found.stage}];
+        request.tags =
+            Tags{std::move(found.workflow), std::move(found.run), std::move(found.stage)};
+        return;
+      case dsl::Recognized::Outcome::no_match:
+        ++recognition.no_match;
+        return;
+      case dsl::Recognized::Outcome::ambiguous:
+        ++recognition.ambiguous;
+        return;
+      case dsl::Recognized::Outcome::no_run:
+        ++recognition.no_run;
+        return;
+    }
   }
 
   std::shared_ptr<Counters> counters = std::make_shared<Counters>();
@@ -512,10 +586,12 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config,
   auto compiled = compile_templates(config, linted);
   if (!compiled) return compiled.error();
   auto init = std::make_shared<RootInit>();
+  auto recognizer = recognizer_of(*compiled);
   init->graphs = std::move(compiled->graphs);
   std::vector<std::string> names = std::move(compiled->names);
 
   auto impl = std::make_unique<Impl>();
+  impl->recognizer = std::move(recognizer);
   impl->names = std::move(names);
   impl->workflow_set.insert(impl->names.begin(), impl->names.end());
   impl->sys_config = std::make_unique<actor_system_config>();
@@ -579,6 +655,7 @@ CallId Runtime::complete(Request request, ReplyCallbacks callbacks) {
     if (!impl_->stopped) {
       impl_->calls->add(id, sink);
       ++impl_->counters->requests;
+      impl_->recognize(request);
       // A call no template claims goes straight to its engine from the caller's thread:
       // Engine::submit never blocks, and two mailbox hops are saved on the transparent path.
       const auto& tags = request.tags;
@@ -676,6 +753,7 @@ bool Runtime::shares_library() const {
 RuntimeStats Runtime::stats() const {
   RuntimeStats s;
   read_counters(*impl_->counters, s);
+  impl_->recognition_stats(s.recognition);
   std::shared_lock life(impl_->life);
   if (impl_->stopped) return s;  // the graph is gone, and with it what it held
   s.actors_running = impl_->system->registry().running();
@@ -725,9 +803,11 @@ Expected<std::vector<std::string>> Runtime::reload() {
   if (impl_->stopped) return make_error("dynrt::Runtime: stopped; nothing reloaded");
   // The root gets the graphs before the direct path learns the names: a call for a new
   // workflow that slips through in between is forwarded unchanged, never misrouted.
+  auto recognizer = recognizer_of(*compiled);
   anon_send(impl_->root, reload_atom::value,
             GraphMapPtr(std::make_shared<const GraphMap>(std::move(compiled->graphs))));
   std::unique_lock lock(impl_->templates_mutex);
+  impl_->recognizer = std::move(recognizer);
   impl_->names = compiled->names;
   impl_->workflow_set = {compiled->names.begin(), compiled->names.end()};
   return compiled->names;

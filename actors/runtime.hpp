@@ -170,6 +170,16 @@ struct RuntimeStats {
   std::size_t csl_bytes = 0;
   // The shared library tier (RuntimeConfig::shared_library): what this replica did with it,
   // and the tier's own counts. All zero without one.
+  // Recognition without tags (dsl/recognize.hpp), counted while a loaded template recognizes
+  // calls: untagged calls recognized, by (workflow, stage), every stage with rules listed; and
+  // untagged calls not recognized, by why.
+  struct Recognition {
+    bool enabled = false;
+    std::map<std::pair<std::string, std::string>, std::uint64_t> recognized;
+    std::uint64_t no_match = 0;   // no stage's rules held
+    std::uint64_t ambiguous = 0;  // two stages' rules held
+    std::uint64_t no_run = 0;     // one stage's held, but the call did not say its run
+  } recognition;
   struct Shared {
     bool enabled = false;
     std::uint64_t imported = 0;       // results another replica computed, brought in here

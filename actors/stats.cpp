@@ -164,6 +164,26 @@ void pool_metrics(const RuntimeStats& s, std::vector<Metric>& out) {
                    "{engine=\"" + label_value(p.engine) + "\"}", double(p.stats.failovers)});
 }
 
+// Recognition without tags: one label set per stage with match rules, and per reason.
+void recognition_metrics(const RuntimeStats& s, std::vector<Metric>& out) {
+  if (!s.recognition.enabled) return;
+  for (const auto& [st, n] : s.recognition.recognized)
+    out.push_back(
+        {"dynrt_recognized_total", "counter",
+         "Calls without X-DynRT-* headers that a template's match rules recognized, "
+         "by workflow and stage.",
+         "{workflow=\"" + label_value(st.first) + "\",stage=\"" + label_value(st.second) + "\"}",
+         double(n)});
+  const std::pair<const char*, std::uint64_t> reasons[] = {{"no_match", s.recognition.no_match},
+                                                           {"ambiguous", s.recognition.ambiguous},
+                                                           {"no_run", s.recognition.no_run}};
+  for (const auto& [reason, n] : reasons)
+    out.push_back({"dynrt_unrecognized_total", "counter",
+                   "Calls without X-DynRT-* headers that no template recognized, by why: no "
+                   "stage's match rules held, two stages' did, or the call did not say its run.",
+                   std::string("{reason=\"") + reason + "\"}", double(n)});
+}
+
 void read_counters(const Counters& c, RuntimeStats& s) {
   for (const auto& spec : kCounters)
     s.*spec.stat = (c.*spec.live).load(std::memory_order_relaxed);
@@ -200,6 +220,7 @@ std::vector<Metric> metrics(const RuntimeStats& s) {
     for (const auto& spec : actors::kShared)
       out.push_back({spec.name, spec.type, spec.help, {}, spec.value(s)});
   actors::pool_metrics(s, out);
+  actors::recognition_metrics(s, out);
   return out;
 }
 

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -170,6 +171,20 @@ class Session final : public HttpConnection {
     return t;
   }
 
+  // An untagged call's headers, names lower-case, for a template that recognizes its runs by
+  // one (dsl/recognize.hpp); none for a tagged call, which is never recognized.
+  std::vector<std::pair<std::string, std::string>> recognition_headers(const Tags& tags) const {
+    std::vector<std::pair<std::string, std::string>> out;
+    if (!tags.empty()) return out;
+    for (const auto& f : request()) {
+      std::string name(f.name_string());
+      std::transform(name.begin(), name.end(), name.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      out.emplace_back(std::move(name), std::string(f.value()));
+    }
+    return out;
+  }
+
   void metrics() {
     const AuthRefusals refused{gw_.refused.unauthenticated, gw_.refused.forbidden,
                                gw_.refused.rate_limited};
@@ -222,6 +237,7 @@ class Session final : public HttpConnection {
     ParsedCall parsed = parse_call(path, request().body(), tags());
     if (!parsed.ok()) return invalid(parsed.invalid);
     parsed.request.caller = caller_;
+    parsed.request.headers = recognition_headers(parsed.request.tags);
     call(std::move(parsed.request), parsed.stream);
   }
 
@@ -236,6 +252,8 @@ class Session final : public HttpConnection {
     ParsedCall call = parse_call("/v1/chat/completions", chat.chat.dump(), tags());
     if (!call.ok()) return invalid(call.invalid);
     call.request.caller = caller_;
+    call.request.route = std::string(protocols::path_of(api_));
+    call.request.headers = recognition_headers(call.request.tags);
     wire_ = std::move(parsed.value);
     call.request.wire = wire_;
     if (call.stream) translator_.emplace(api_, wire_);

@@ -11,6 +11,8 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace dynrt {
 
@@ -46,6 +48,13 @@ struct Request {
   // caller sent it, which `body`, the chat completion dynrt runs, translates; null otherwise.
   // A stage written in that protocol binds its variables from it.
   nlohmann::json wire = nullptr;
+  // The path the call arrived on when that is not `endpoint`: /v1/messages or /v1/responses
+  // for a translated call. Empty otherwise.
+  std::string route = {};
+  // The caller's HTTP headers, names lower-case. Read only to recognize an untagged call's run
+  // by a header its template names (dsl/recognize.hpp); the gateway fills them for untagged
+  // calls.
+  std::vector<std::pair<std::string, std::string>> headers = {};
 };
 
 // How an answer was produced. The body never says; only this does.
