@@ -67,9 +67,9 @@ constexpr std::array kRules = {
              "Two template files define the same workflow name."},
     RuleInfo{unbound_input, "unbound-input", "DT2011", warning,
              "An input that no stage binds from its incoming request."},
-    RuleInfo{ambiguous_match, "ambiguous-match", "DT2012", error,
-             "Two stages' match rules fit the same untagged calls: every rule of one is among "
-             "the other's, on the same route, so the other is never recognized."},
+    RuleInfo{ambiguous_match, "ambiguous-match", "DT2012", warning,
+             "Two stages' match rules can both hold on one untagged call and neither includes "
+             "the other's, so such a call is ambiguous and passes through unrecognized."},
     RuleInfo{nondeterministic_speculable, "nondeterministic-speculable", "DT4001", error,
              "A speculable model stage samples (temperature above 0) without a fixed seed, so "
              "running it twice may give two answers."},

@@ -53,7 +53,7 @@ enum class Rule {
   unused_variable,      ///< a declared input or output that nothing uses
   duplicate_workflow,   ///< two template files define the same workflow name
   unbound_input,        ///< an input that no stage binds from its request
-  ambiguous_match,      ///< two stages' match rules fit the same untagged calls
+  ambiguous_match,      ///< two stages' match rules may hold on one call, neither more specific
   // DT4xxx: speculation safety
   nondeterministic_speculable,  ///< a speculable model stage that samples without a fixed seed
   speculable_writes,            ///< a speculable stage that writes external records

@@ -454,9 +454,9 @@ const yaml::Node* workflow_node(const std::optional<yaml::Node>& root) {
   return root && root->is_mapping() ? root->get("workflow") : nullptr;
 }
 
-// Two stages, of one template or two, whose match rules provably fit the same untagged calls
-// (dsl/recognize.hpp): the one whose rules include all of the other's is never recognized
-// alone. Reported at its `match`, naming where the other stage's rules are.
+// Two stages, of one template or two, whose match rules may both hold on one untagged call
+// while neither is more specific (dsl/recognize.hpp): such a call is ambiguous. Reported at
+// the later stage's `match`, naming where the other stage's rules are.
 void ambiguous_matches(std::vector<FileResult>& results) {
   struct Claim {
     FileResult* file;
@@ -483,23 +483,32 @@ void ambiguous_matches(std::vector<FileResult>& results) {
     const Position p = c.file->file.source->position(c.span.begin);
     return c.file->file.path + ":" + std::to_string(p.line) + ":" + std::to_string(p.column);
   };
-  for (std::size_t i = 0; i < claims.size(); ++i) {
-    for (std::size_t j = 0; j < claims.size(); ++j) {
-      const Claim& narrow = claims[i];
-      const Claim& wide = claims[j];
-      if (i == j || narrow.route != wide.route) continue;
-      if (!rules_cover(wide.stage->match, narrow.stage->match)) continue;
-      // The same rules twice: reported once, at the later of the two.
-      if (rules_cover(narrow.stage->match, wide.stage->match) && i < j) continue;
-      DiagnosticSink sink(*narrow.file->file.source);
-      sink.add(Rule::ambiguous_match, narrow.span,
-               "stage " + name(narrow) + " is never recognized: every match rule of stage " +
-                   name(wide) + " (" + where(wide) + ") is also one of its own, so a call on " +
-                   narrow.route + " that fits it fits " + name(wide) + " too; give " + name(wide) +
-                   " a rule that this stage's calls fail",
-               "/stages/" + schema::pointer_token(narrow.stage->name) + "/match");
+  for (std::size_t j = 0; j < claims.size(); ++j) {
+    for (std::size_t i = 0; i < j; ++i) {
+      const Claim& other = claims[i];
+      const Claim& self = claims[j];
+      if (self.route != other.route) continue;
+      const auto& a = other.stage->match;
+      const auto& b = self.stage->match;
+      const bool a_wider = rules_cover(a, b), b_wider = rules_cover(b, a);
+      // One more specific than the other (it wins), or provably never both: not ambiguous.
+      if (a_wider != b_wider || rules_exclude(a, b)) continue;
+      std::string message =
+          a_wider ? "stages " + name(self) + " and " + name(other) + " (" + where(other) +
+                        ") have the same match rules on " + self.route +
+                        ": no call tells them apart, so neither is ever recognized"
+                  : "stage " + name(self) + "'s match rules and stage " + name(other) + "'s (" +
+                        where(other) + ") can both hold on one call on " + self.route +
+                        ", and neither includes the other's: such a call is ambiguous and "
+                        "passes through unrecognized";
+      message +=
+          "; give one of them a literal rule the other's calls fail, or give one every rule of "
+          "the other (the more specific stage wins)";
+      DiagnosticSink sink(*self.file->file.source);
+      sink.add(Rule::ambiguous_match, self.span, std::move(message),
+               "/stages/" + schema::pointer_token(self.stage->name) + "/match");
       for (auto& d : sink.diagnostics())
-        narrow.file->diagnostics.push_back(std::move(d));
+        self.file->diagnostics.push_back(std::move(d));
     }
   }
 }

@@ -1,11 +1,10 @@
 #include "dsl/recognize.hpp"
 
+#include "dsl/render.hpp"
 #include "runtime/canonical_json.hpp"
 #include "runtime/hash.hpp"
 
 #include <re2/re2.h>
-
-#include <charconv>
 
 namespace dynrt::dsl {
 
@@ -27,27 +26,13 @@ std::string_view to_string(Recognized::Outcome o) {
 
 namespace {
 
-std::string unescape(std::string_view token) {
-  std::string out;
-  out.reserve(token.size());
-  for (std::size_t i = 0; i < token.size(); ++i) {
-    if (token[i] == '~' && i + 1 < token.size() && (token[i + 1] == '0' || token[i + 1] == '1')) {
-      out += token[i + 1] == '0' ? '~' : '/';
-      ++i;
-    } else {
-      out += token[i];
-    }
-  }
-  return out;
-}
-
 bool same_rule(const MatchRule& a, const MatchRule& b) {
   return a.pointer == b.pointer && a.literal == b.literal &&
          (a.literal || a.regex_source == b.regex_source);
 }
 
 bool rule_holds(const MatchRule& r, const json& body) {
-  const json* v = resolve_match_pointer(body, r.pointer);
+  const json* v = resolve_pointer(body, r.pointer);
   if (!v) return false;
   const std::string text = v->is_string() ? v->get<std::string>()
                                           : v->dump(-1, ' ', false, json::error_handler_t::replace);
@@ -57,43 +42,24 @@ bool rule_holds(const MatchRule& r, const json& body) {
 
 }  // namespace
 
-const json* resolve_match_pointer(const json& doc, std::string_view pointer) {
-  const json* at = &doc;
-  if (pointer.empty()) return at;
-  if (pointer.front() != '/') return nullptr;
-  std::size_t pos = 1;
-  while (true) {
-    const std::size_t end = std::min(pointer.find('/', pos), pointer.size());
-    const std::string token = unescape(pointer.substr(pos, end - pos));
-    if (at->is_object()) {
-      const auto it = at->find(token);
-      if (it == at->end()) return nullptr;
-      at = &*it;
-    } else if (at->is_array()) {
-      if (token == "-1") {
-        if (at->empty()) return nullptr;
-        at = &at->back();
-      } else {
-        std::size_t i = 0;
-        const auto [p, ec] = std::from_chars(token.data(), token.data() + token.size(), i);
-        if (ec != std::errc() || p != token.data() + token.size() || token.empty() ||
-            (token.size() > 1 && token[0] == '0') || i >= at->size())
-          return nullptr;
-        at = &(*at)[i];
-      }
-    } else {
-      return nullptr;
-    }
-    if (end == pointer.size()) return at;
-    pos = end + 1;
-  }
-}
-
 bool rules_hold(const std::vector<MatchRule>& rules, const json& body) {
   if (rules.empty()) return false;
   for (const auto& r : rules)
     if (!rule_holds(r, body)) return false;
   return true;
+}
+
+bool rules_exclude(const std::vector<MatchRule>& a, const std::vector<MatchRule>& b) {
+  for (const auto& x : a)
+    for (const auto& y : b) {
+      if (x.pointer != y.pointer) continue;
+      if (x.literal && y.literal && *x.literal != *y.literal) return true;
+      if (x.literal && !y.literal && y.regex && !re2::RE2::PartialMatch(*x.literal, *y.regex))
+        return true;
+      if (y.literal && !x.literal && x.regex && !re2::RE2::PartialMatch(*y.literal, *x.regex))
+        return true;
+    }
+  return false;
 }
 
 bool rules_cover(const std::vector<MatchRule>& wider, const std::vector<MatchRule>& narrower) {
@@ -142,23 +108,30 @@ std::vector<std::pair<std::string, std::string>> Recognizer::stages() const {
 Recognized Recognizer::recognize(std::string_view route, const json& wire, const json& chat,
                                  const HeaderLookup& header) const {
   Recognized out;
-  const Entry* found = nullptr;
-  for (const auto& e : rules_) {
-    if (e.route != route || !rules_hold(e.stage->match, wire)) continue;
-    if (found) {
-      out.outcome = Recognized::Outcome::ambiguous;
-      out.detail += (out.detail.empty() ? found->graph->workflow + "." + found->stage->name : "") +
-                    " and " + e.graph->workflow + "." + e.stage->name;
-      continue;
-    }
-    found = &e;
-  }
-  if (out.outcome == Recognized::Outcome::ambiguous) {
-    out.detail = "the rules of " + out.detail + " all hold";
+  std::vector<const Entry*> fit;
+  for (const auto& e : rules_)
+    if (e.route == route && rules_hold(e.stage->match, wire)) fit.push_back(&e);
+  if (fit.empty()) {
+    out.detail = "no stage's match rules hold";
     return out;
   }
+  // Several fit: the most specific wins, the one whose rules include every other's.
+  const Entry* found = nullptr;
+  for (const Entry* c : fit) {
+    bool widest_others = true;
+    for (const Entry* o : fit)
+      widest_others = widest_others && (o == c || (rules_cover(o->stage->match, c->stage->match) &&
+                                                   !rules_cover(c->stage->match, o->stage->match)));
+    if (widest_others) found = c;
+  }
   if (!found) {
-    out.detail = "no stage's match rules hold";
+    out.outcome = Recognized::Outcome::ambiguous;
+    for (std::size_t i = 0; i < fit.size(); ++i)
+      out.detail += (i == 0                ? ""
+                     : i + 1 == fit.size() ? " and "
+                                           : ", ") +
+                    fit[i]->graph->workflow + "." + fit[i]->stage->name;
+    out.detail = "the rules of " + out.detail + " all hold, and none includes the others'";
     return out;
   }
   out.workflow = found->graph->workflow;

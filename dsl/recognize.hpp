@@ -4,10 +4,11 @@
 //
 // A call that carries any X-DynRT-* header is never recognized: tags win. An untagged call is
 // a stage's when every rule of that stage holds on the call as its caller sent it (the route
-// and the body in its own protocol), and no other stage's rules all hold; two stages whose
-// rules both hold make the call ambiguous, and it passes through as any untagged call would
-// (`dynrt lint` flags the pairs it can prove overlap). Pure; a Recognizer is immutable and
-// may be shared across threads.
+// and the body in its own protocol). When several stages' rules hold, the most specific wins:
+// the stage whose rules include every other's (a later turn's rules add a condition to a first
+// turn's). Otherwise the call is ambiguous and passes through as any untagged call would
+// (`dynrt lint` warns of pairs it cannot prove apart). Pure; a Recognizer is immutable and may
+// be shared across threads.
 #pragma once
 
 #include "dsl/template_graph.hpp"
@@ -69,17 +70,18 @@ class Recognizer {
 // Whether every rule holds on `body`.
 bool rules_hold(const std::vector<MatchRule>& rules, const nlohmann::json& body);
 
-// RFC 6901 lookup where a token "-1" names a list's last element; nullptr when it does not
-// resolve.
-const nlohmann::json* resolve_match_pointer(const nlohmann::json& doc, std::string_view pointer);
-
 // The run a chat completion's conversation belongs to: a hash of its model and of its messages
 // up to the first assistant turn (every later call of the conversation repeats them); nullopt
 // when it has no user turn before one.
 std::optional<std::string> conversation_run(const nlohmann::json& chat);
 
-// True when every request `wider`'s rules accept, `narrower`'s accept too — provably: each of
-// `wider`'s rules is one of `narrower`'s. Then `narrower`'s stage is never recognized alone.
+// True when every call `narrower`'s rules accept, `wider`'s accept too — provably: each of
+// `wider`'s rules is one of `narrower`'s. When both hold on a call, the narrower (more specific)
+// stage is the one recognized.
 bool rules_cover(const std::vector<MatchRule>& wider, const std::vector<MatchRule>& narrower);
+
+// True when no call can satisfy both rule sets — provably: on one pointer, two different
+// literals, or a literal the other's pattern does not match.
+bool rules_exclude(const std::vector<MatchRule>& a, const std::vector<MatchRule>& b);
 
 }  // namespace dynrt::dsl

@@ -73,6 +73,8 @@ const json* lookup(const Bindings& vars, std::string_view name) {
   return cur;
 }
 
+constexpr const char* kSplice = "$splice";
+
 Expected<json> render_tree(const json& tmpl, const Bindings& vars) {
   switch (tmpl.type()) {
     case json::value_t::string:
@@ -80,6 +82,16 @@ Expected<json> render_tree(const json& tmpl, const Bindings& vars) {
     case json::value_t::array: {
       json out = json::array();
       for (const auto& item : tmpl) {
+        // {$splice: "{{history}}"}: the list's elements, in place (a conversation so far,
+        // followed by the turns the template adds).
+        if (item.is_object() && item.size() == 1 && item.contains(kSplice)) {
+          auto r = render_tree(item[kSplice], vars);
+          if (!r) return r.error();
+          if (!r->is_array()) return make_error(std::string(kSplice) + " needs a list");
+          for (auto& x : *r)
+            out.push_back(std::move(x));
+          continue;
+        }
         auto r = render_tree(item, vars);
         if (!r) return r.error();
         out.push_back(std::move(*r));
@@ -177,13 +189,16 @@ const json* resolve_pointer(const json& doc, std::string_view pointer) {
       if (it == cur->end()) return nullptr;
       cur = &*it;
     } else if (cur->is_array()) {
+      // "-1" is the last element (the latest message, say), "-2" the one before it.
+      const bool from_end = token.size() > 1 && token[0] == '-';
+      if (from_end) token.erase(0, 1);
       if (token.empty() || token.size() > 9 || (token.size() > 1 && token[0] == '0') ||
           !std::all_of(token.begin(), token.end(), [](char c) { return c >= '0' && c <= '9'; })) {
         return nullptr;
       }
-      const std::size_t index = std::stoul(token);
-      if (index >= cur->size()) return nullptr;
-      cur = &(*cur)[index];
+      const std::size_t n = std::stoul(token);
+      if (from_end ? n == 0 || n > cur->size() : n >= cur->size()) return nullptr;
+      cur = &(*cur)[from_end ? cur->size() - n : n];
     } else {
       return nullptr;
     }

@@ -37,14 +37,18 @@ struct RenderedRequest {
 
 // Renders `stage`'s request (model stages) or arguments (tool stages) with `vars`. String
 // leaves are mustache templates rendered with HTML escaping off; a leaf that is exactly one
-// tag ("{{messages}}") is replaced by the variable's JSON value itself. Other values render
-// as their compact JSON text. Errors: a user stage, an unbound variable, a malformed template.
+// tag ("{{messages}}") is replaced by the variable's JSON value itself; a list item that is
+// exactly {"$splice": <template>} is replaced by the elements of the list it renders to. Other
+// values render as their compact JSON text. Errors: a user stage, an unbound variable, a malformed
+// template.
 Expected<RenderedRequest> render_stage(const Stage& stage, const Bindings& vars);
 
 // Renders one mustache string (the same rules as a string leaf).
 Expected<nlohmann::json> render_text(std::string_view text, const Bindings& vars);
 
-// RFC 6901 lookup without exceptions; nullptr when the pointer does not resolve.
+// RFC 6901 lookup without exceptions; nullptr when the pointer does not resolve. One
+// extension: in a list, a token "-N" counts from the end ("-1" is the last element, the latest
+// message say; "-2" the one before), which RFC 6901 has no index for.
 const nlohmann::json* resolve_pointer(const nlohmann::json& doc, std::string_view pointer);
 // True if `pointer` is a syntactically valid JSON pointer ("" or "/a/b~1c/0").
 bool valid_pointer(std::string_view pointer);

@@ -181,8 +181,8 @@ struct Language {
       "harness sent it equals a literal, or holds a match of a regular expression. A value that "
       "is not a string is matched as its compact JSON text.",
       {{"pointer", &string, true,
-        "JSON pointer into the request body (RFC 6901); a `-1` token names the last element of "
-        "a list, e.g. /messages/-1/content/0/type."},
+        "JSON pointer into the request body (RFC 6901); a token -N counts from the end of a "
+        "list (-1 is its last element), e.g. /messages/-1/content/0/type."},
        {"literal", &string, false, "The exact text the value must be."},
        {"regex", &string, false,
         "RE2 regular expression that must match somewhere in the value (anchor it with ^ and $ "

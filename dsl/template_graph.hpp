@@ -66,7 +66,7 @@ struct Extractor {
 // One condition of a stage's recognition rule (`match:`): the value at `pointer` in the
 // request as its caller sent it (in the stage's protocol) equals `literal`, or holds a match of
 // `regex`. A value that is not a string is matched as its compact JSON text. A pointer token
-// "-1" names the last element of a list (the latest message, say).
+// "-N" counts from the end of a list ("-1" is the latest message, say).
 struct MatchRule {
   std::string pointer;
   std::optional<std::string> literal;

@@ -90,7 +90,13 @@ RunEffects WorkflowRun::completed(const dsl::Stage& stage, std::string_view resp
   const auto& g = *graph_;
   auto doc = std::make_shared<nlohmann::json>(nlohmann::json::parse(response, nullptr, false));
   if (doc->is_discarded()) return fx;
-  latest_[stage.id] = doc;
+  // Kept in the stage's own protocol: an `extract` source reads it as the stage's answer.
+  if (dsl::translated(stage.api)) {
+    if (auto in = dsl::answer_in(stage.api, *doc))
+      latest_[stage.id] = std::make_shared<const nlohmann::json>(std::move(*in));
+  } else {
+    latest_[stage.id] = doc;
+  }
   if (auto outs = dsl::read_outputs(stage, *doc)) {
     for (auto& [k, v] : *outs) {
       vars_[k] = v;

@@ -233,6 +233,13 @@ TEST(Metrics, EveryMetricHasItsValueInAScriptedScenario) {
       {"dynrt_csl_hits_total", o.served.at(Served::cache)},
       {"dynrt_csl_promotions_total", o.served.at(Served::fill)},
       {"dynrt_csl_invalidations_total", 2},
+      // The shipped coding-agent template recognizes untagged Messages calls; the scenario's
+      // untagged calls are chat and tool calls no stage claims.
+      {R"(dynrt_recognized_total{workflow="coding-agent",stage="turn"})", 0},
+      {R"(dynrt_recognized_total{workflow="coding-agent",stage="answer"})", 0},
+      {R"(dynrt_unrecognized_total{reason="no_match"})", 2},
+      {R"(dynrt_unrecognized_total{reason="ambiguous"})", 0},
+      {R"(dynrt_unrecognized_total{reason="no_run"})", 0},
   };
   for (const auto& [name, want] : exact) {
     ASSERT_TRUE(got.count(name)) << name << " is not exported";

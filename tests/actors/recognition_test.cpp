@@ -156,10 +156,24 @@ TEST(Recognition, UnrecognizedCallsPassThroughCountedByWhy) {
 }
 
 TEST(Recognition, WithoutRulesNothingIsCounted) {
-  Rig rig(bench::make_workload(graph("routing"), {1, 1, 1.0}), {});
-  const auto r = rig.runtime->complete({"/v1/chat/completions", router_call("hi"), {}}).get();
+  std::string no_rules = kTemplate;
+  for (const char* cut : {"recognize:\n  run: {header: X-Session-Id}\n",
+                          "    match:\n      - {pointer: /messages/0/content, regex: '^You route "
+                          "requests'}\n",
+                          "    match:\n      - {pointer: /messages/0/content, regex: '^You are the "
+                          "\\w+ handler'}\n"}) {
+    const auto at = no_rules.find(cut);
+    ASSERT_NE(at, std::string::npos) << cut;
+    no_rules.erase(at, std::string(cut).size());
+  }
+  RuntimeConfig cfg;
+  cfg.engines.push_back({"sim", std::make_shared<engines::sim::SimEngine>(), {}});
+  cfg.template_texts = {{"desk.yaml", no_rules}};
+  auto rt = Runtime::create(cfg);
+  ASSERT_TRUE(rt.ok()) << rt.error().message;
+  const auto r = (*rt)->complete({"/v1/chat/completions", router_call("hi"), {}}).get();
   ASSERT_TRUE(r.ok()) << r.error;
-  const auto st = rig.runtime->stats();
+  const auto st = (*rt)->stats();
   EXPECT_FALSE(st.recognition.enabled);
   for (const auto& m : metrics(st))
     EXPECT_EQ(std::string(m.name).find("recognized"), std::string::npos) << m.name;

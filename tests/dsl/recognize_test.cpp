@@ -1,6 +1,7 @@
 // Recognition without tags (dsl/recognize.hpp): match rules, run identities, and the lint
 // of rules that fit the same calls.
 #include "dsl/recognize.hpp"
+#include "dsl/render.hpp"
 #include "test_util.hpp"
 
 #include <gtest/gtest.h>
@@ -75,6 +76,14 @@ Recognizer recognizer_of(const std::string& text) {
   return Recognizer({std::make_shared<const TemplateGraph>(compile_clean(text))});
 }
 
+// The same for a template whose rules lint warns may overlap (the cases under test).
+Recognizer recognizer_despite_warnings(const std::string& text) {
+  LintReport r = lint(text);
+  EXPECT_TRUE(has_rule(r, "ambiguous-match"));
+  EXPECT_TRUE(!r.files.empty() && r.files[0].usable);
+  return Recognizer({std::make_shared<const TemplateGraph>(*r.files[0].graph)});
+}
+
 // Two chat stages, `a` then `b`, with the match rules given (YAML after `match:`).
 std::string two_stages(const std::string& a_rules, const std::string& b_rules) {
   return "version: 1\nworkflow: w\nrecognize: {run: conversation}\nstages:\n  a:\n"
@@ -87,17 +96,17 @@ const HeaderLookup kNoHeaders = [](std::string_view) { return std::optional<std:
 
 TEST(MatchPointer, MinusOneIsTheLastElementAndEverythingElseIsRfc6901) {
   const json doc = {{"a", {1, 2, 3}}, {"b~/c", {{"x", "y"}}}, {"e", json::array()}};
-  ASSERT_NE(resolve_match_pointer(doc, "/a/-1"), nullptr);
-  EXPECT_EQ(*resolve_match_pointer(doc, "/a/-1"), 3);
-  EXPECT_EQ(*resolve_match_pointer(doc, "/a/0"), 1);
-  EXPECT_EQ(*resolve_match_pointer(doc, "/b~0~1c/x"), "y");
-  EXPECT_EQ(resolve_match_pointer(doc, "/a/3"), nullptr);
-  EXPECT_EQ(resolve_match_pointer(doc, "/a/01"), nullptr);
-  EXPECT_EQ(resolve_match_pointer(doc, "/a/-"), nullptr);
-  EXPECT_EQ(resolve_match_pointer(doc, "/e/-1"), nullptr);
-  EXPECT_EQ(resolve_match_pointer(doc, "/a/0/x"), nullptr);
-  EXPECT_EQ(resolve_match_pointer(doc, "a"), nullptr);
-  EXPECT_EQ(resolve_match_pointer(doc, ""), &doc);
+  ASSERT_NE(resolve_pointer(doc, "/a/-1"), nullptr);
+  EXPECT_EQ(*resolve_pointer(doc, "/a/-1"), 3);
+  EXPECT_EQ(*resolve_pointer(doc, "/a/0"), 1);
+  EXPECT_EQ(*resolve_pointer(doc, "/b~0~1c/x"), "y");
+  EXPECT_EQ(resolve_pointer(doc, "/a/3"), nullptr);
+  EXPECT_EQ(resolve_pointer(doc, "/a/01"), nullptr);
+  EXPECT_EQ(resolve_pointer(doc, "/a/-"), nullptr);
+  EXPECT_EQ(resolve_pointer(doc, "/e/-1"), nullptr);
+  EXPECT_EQ(resolve_pointer(doc, "/a/0/x"), nullptr);
+  EXPECT_EQ(resolve_pointer(doc, "a"), nullptr);
+  EXPECT_EQ(resolve_pointer(doc, ""), &doc);
 }
 
 TEST(Recognize, EachCallIsTheStageWhoseRulesAllHold) {
@@ -141,7 +150,7 @@ TEST(Recognize, AValueThatIsNotAStringIsMatchedAsItsJsonText) {
             std::string("      - {pointer: /messages/-1/content/0/type, literal: text}").size(),
             "      - {pointer: /max_tokens, literal: '64'}\n"
             "      - {pointer: /messages/-1/content, regex: '\"type\":\"text\"'}");
-  const Recognizer r = recognizer_of(t);
+  const Recognizer r = recognizer_despite_warnings(t);
   const json first = first_turn("fix the bug");
   const Recognized a = r.recognize("/v1/messages", first, chat_of(first), kNoHeaders);
   ASSERT_EQ(a.outcome, Recognized::Outcome::recognized) << a.detail;
@@ -151,13 +160,24 @@ TEST(Recognize, AValueThatIsNotAStringIsMatchedAsItsJsonText) {
 TEST(Recognize, TwoStagesWhoseRulesBothHoldAreAmbiguous) {
   const std::string both = two_stages("[{pointer: /messages/0/content, regex: 'bug'}]",
                                       "[{pointer: /messages/0/content, regex: 'fix'}]");
-  const Recognizer r = recognizer_of(both);
+  const Recognizer r = recognizer_despite_warnings(both);
   const json body{{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "fix the bug"}}}}};
   const Recognized x = r.recognize("/v1/chat/completions", body, body, kNoHeaders);
   EXPECT_EQ(x.outcome, Recognized::Outcome::ambiguous);
   EXPECT_NE(x.detail.find("w.a and w.b"), std::string::npos) << x.detail;
   const json only_a{{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "a bug"}}}}};
   EXPECT_EQ(r.recognize("/v1/chat/completions", only_a, only_a, kNoHeaders).stage, "a");
+}
+
+TEST(Recognize, TheMostSpecificStageWins) {
+  const Recognizer r = recognizer_of(
+      two_stages("[{pointer: /messages/0/content, regex: 'bug'}]",
+                 "[{pointer: /messages/0/content, regex: 'bug'}, {pointer: /model, literal: m}]"));
+  const json m{{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "a bug"}}}}};
+  json n = m;
+  n["model"] = "n";
+  EXPECT_EQ(r.recognize("/v1/chat/completions", m, m, kNoHeaders).stage, "b");
+  EXPECT_EQ(r.recognize("/v1/chat/completions", n, n, kNoHeaders).stage, "a");
 }
 
 TEST(Recognize, ARunByHeaderTakesTheHeadersValueOrIsNotRecognized) {
@@ -194,20 +214,38 @@ TEST(Recognize, TemplatesWithoutRulesRecognizeNothing) {
   EXPECT_TRUE(r.stages().empty());
 }
 
-TEST(RecognizeLint, RulesThatCoverAnotherStagesAreAmbiguousWithBothPositions) {
-  const std::string covered = two_stages("[{pointer: /messages/0/content, regex: 'bug'}]",
-                                         "\n      - {pointer: /messages/0/content, regex: 'bug'}"
-                                         "\n      - {pointer: /model, literal: m}");
-  const LintReport r = lint(covered);
+TEST(RecognizeLint, RulesThatMayBothHoldAreAWarningWithBothPositions) {
+  const LintReport r = lint(two_stages("[{pointer: /messages/0/content, regex: 'bug'}]",
+                                       "[{pointer: /messages/0/content, regex: 'fix'}]"));
   ASSERT_TRUE(has_rule(r, "ambiguous-match")) << ::testing::PrintToString(rules(r));
-  const Diagnostic* d = nullptr;
-  for (const auto& x : r.diagnostics)
-    if (x.info().name == "ambiguous-match") d = &x;
-  EXPECT_EQ(d->begin.line, 13);  // b's `match`
-  EXPECT_EQ(d->path, "/stages/b/match");
-  EXPECT_NE(d->message.find("stage \"w.b\" is never recognized"), std::string::npos) << d->message;
-  EXPECT_NE(d->message.find("\"w.a\" (t.yaml:8:5)"), std::string::npos) << d->message;
-  EXPECT_FALSE(r.files[0].usable);
+  const Diagnostic& d = r.diagnostics.front();
+  EXPECT_EQ(d.severity, Severity::warning);
+  EXPECT_EQ(d.begin.line, 13);  // b's `match`
+  EXPECT_EQ(d.path, "/stages/b/match");
+  EXPECT_NE(d.message.find("stage \"w.b\"'s match rules and stage \"w.a\"'s (t.yaml:8:5)"),
+            std::string::npos)
+      << d.message;
+  EXPECT_TRUE(r.files[0].usable) << "the runtime passes an ambiguous call through";
+}
+
+TEST(RecognizeLint, AMoreSpecificStageOrRulesThatExcludeEachOtherAreNotAmbiguous) {
+  for (const auto& [a, b] : std::vector<std::pair<std::string, std::string>>{
+           // b has every rule of a, and one more: b is more specific and wins
+           {"[{pointer: /messages/0/content, regex: 'bug'}]",
+            "[{pointer: /messages/0/content, regex: 'bug'}, {pointer: /model, literal: m}]"},
+           // two literals on one pointer
+           {"[{pointer: /model, literal: m}]", "[{pointer: /model, literal: n}]"},
+           // a literal the other's pattern does not match
+           {"[{pointer: /model, literal: big}]", "[{pointer: /model, regex: '^small'}]"},
+       }) {
+    const LintReport r = lint(two_stages(a, b));
+    EXPECT_FALSE(has_rule(r, "ambiguous-match")) << a << " / " << b;
+  }
+  // The same rules twice: neither can ever be told apart.
+  const LintReport same =
+      lint(two_stages("[{pointer: /model, literal: m}]", "[{pointer: /model, literal: m}]"));
+  ASSERT_TRUE(has_rule(same, "ambiguous-match"));
+  EXPECT_NE(same.diagnostics.front().message.find("have the same match rules"), std::string::npos);
 }
 
 TEST(RecognizeLint, AcrossTemplatesOnTheSameRouteOnly) {
@@ -291,6 +329,70 @@ TEST(RecognizeLint, MatchRulesDoNotChangeAStagesFingerprint) {
   ASSERT_TRUE(r.files[0].graph);
   EXPECT_EQ(r.files[0].graph->stages[0].fingerprint, with.stages[0].fingerprint);
   EXPECT_EQ(r.files[0].graph->stages[1].fingerprint, with.stages[1].fingerprint);
+}
+
+// templates/coding-agent.yaml: a session's turns are recognized, and the turn after a pick
+// renders exactly as the agent sends it (the conversation spliced in, then the pick).
+TEST(ShippedCodingAgent, RecognizesItsTurnsAndRendersTheTurnAfterAPick) {
+  const auto g = std::make_shared<const TemplateGraph>(
+      compile_clean(testing::read_file("templates/coding-agent.yaml")));
+  const Recognizer r({g});
+  json asks = first_turn("fix the bug");
+  asks["temperature"] = 0;
+  asks["max_tokens"] = 1024;
+  asks["model"] = "qwen3-32b";
+  asks["tools"] = json::array({{{"name", "ask_user"}, {"input_schema", {{"type", "object"}}}}});
+  const json reply = {{{"type", "text"}, {"text", "Which way?"}},
+                      {{"type", "tool_use"},
+                       {"id", "toolu_1"},
+                       {"name", "ask_user"},
+                       {"input", {{"options", {"A", "B"}}}}}};
+  EXPECT_EQ(r.recognize("/v1/messages", asks, chat_of(asks), kNoHeaders).stage, "turn");
+  json picked = asks;
+  picked["messages"].push_back({{"role", "assistant"}, {"content", reply}});
+  picked["messages"].push_back(
+      {{"role", "user"},
+       {"content", {{{"type", "tool_result"}, {"tool_use_id", "toolu_1"}, {"content", "B"}}}}});
+  const Recognized a = r.recognize("/v1/messages", picked, chat_of(picked), kNoHeaders);
+  EXPECT_EQ(a.stage, "answer") << "the more specific stage wins";
+  EXPECT_EQ(a.run, r.recognize("/v1/messages", asks, chat_of(asks), kNoHeaders).run);
+
+  // What a fill for option B renders is the call the agent then sends.
+  const Stage& turn = *g->stage("turn");
+  const Stage& answer = *g->stage("answer");
+  auto vars = bind_request(turn, asks);
+  ASSERT_TRUE(vars.ok()) << vars.error().message;
+  (*vars)["reply"] = reply;
+  (*vars)["ask"] = "toolu_1";
+  (*vars)["option"] = "B";
+  const auto rendered = render_stage(answer, *vars);
+  ASSERT_TRUE(rendered.ok()) << rendered.error().message;
+  EXPECT_EQ(rendered->wire, picked);
+  const auto bound = bind_request(answer, picked);
+  ASSERT_TRUE(bound.ok()) << bound.error().message;
+  EXPECT_EQ(bound->at("option"), "B");
+  // The options are read from the turn's answer in its own protocol.
+  const Decision& d = g->decisions[0];
+  EXPECT_EQ(extract_candidates(d.candidates, json{{"content", reply}}),
+            (std::vector<std::string>{"A", "B"}));
+}
+
+TEST(Render, ASpliceInsertsAListsElementsAndRefusesAnythingElse) {
+  Stage s;
+  s.kind = StageKind::model;
+  s.model = "m";
+  s.request = json::parse(R"({"messages": [{"$splice": "{{history}}"}, {"role": "user",
+    "content": "{{next}}"}]})");
+  const auto r =
+      render_stage(s, {{"history", json::array({{{"role", "user"}, {"content", "a"}},
+                                                {{"role", "assistant"}, {"content", "b"}}})},
+                       {"next", "c"}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->body["messages"].size(), 3u);
+  EXPECT_EQ(r->body["messages"][1]["content"], "b");
+  EXPECT_EQ(r->body["messages"][2]["content"], "c");
+  EXPECT_FALSE(render_stage(s, {{"history", "not a list"}, {"next", "c"}}).ok());
+  EXPECT_FALSE(render_stage(s, {{"next", "c"}}).ok()) << "an unbound list is not rendered empty";
 }
 
 }  // namespace

@@ -51,7 +51,7 @@ namespace {
 // docs/templates.md quotes the shipped templates; this keeps the quotes current.
 TEST(Docs, TemplateReferenceQuotesTheShippedTemplatesVerbatim) {
   const std::string doc = testing::read_file("docs/templates.md");
-  for (const char* name : {"routing", "react", "subagent", "hci"}) {
+  for (const char* name : {"routing", "react", "subagent", "hci", "coding-agent"}) {
     const std::string text = testing::read_file(std::string("templates/") + name + ".yaml");
     ASSERT_FALSE(text.empty()) << name;
     EXPECT_NE(doc.find("```yaml\n" + text + "```"), std::string::npos)
