@@ -22,7 +22,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checks import check, launch, stop, summary  # noqa: E402
+from checks import check, launch, metrics, stop, summary  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SKIP = 77
@@ -50,7 +50,7 @@ def install():
             os.remove(manifest)
             return None, "npm install failed: " + p.stderr[-400:]
     for script in ("openai_node.mjs", "langgraph.mjs", "langgraph_interceptor.mjs", "routing.mjs",
-                   "protocols.mjs", "protocols_tagged.mjs"):
+                   "protocols.mjs", "protocols_tagged.mjs", "coding_agent.mjs"):
         shutil.copy(os.path.join(HERE, "sdk", script), cache)
     shutil.copy(os.path.join(HERE, "..", "..", "clients", "node", "dynrt-fetch.mjs"), cache)
     return cache, ""
@@ -202,6 +202,74 @@ def templated(cache, engine_port, base):
               "%s template: the library's router answer is the first one" % name)
 
 
+AGENT_TASK = "Make the tests pass (session %d)"
+
+
+def agent_script():
+    """The engine's side of a coding-agent session (tests/e2e/sdk/coding_agent.mjs)."""
+    options = ["Patch add in place", "Rewrite calc.py", "Add a failing test first"]
+    entries = [
+        ("Make the tests pass", "I will read the failing module first.",
+         [{"name": "read_file", "arguments": {"path": "calc.py"}}]),
+        ("def add(a, b): return a - b", "add subtracts. How should I fix it?",
+         [{"name": "ask_user", "arguments": {"question": "How should I fix add?",
+                                             "options": options}}]),
+        (options[0], "Patching add.",
+         [{"name": "edit_file", "arguments": {"path": "calc.py", "old": "a - b", "new": "a + b"}}]),
+        (options[1], "Rewriting calc.py.",
+         [{"name": "edit_file", "arguments": {"path": "calc.py", "old": "", "new": "..."}}]),
+        (options[2], "Writing a test.",
+         [{"name": "edit_file", "arguments": {"path": "test_calc.py", "old": "", "new": "..."}}]),
+        ("calc.py was edited", "Done: add adds, and the tests pass.", None),
+    ]
+    for needle, text, calls in entries:
+        entry = {"contains": needle, "response": text}
+        if calls:
+            entry["tool_calls"] = calls
+        yield json.dumps(entry)
+
+
+def coding_agent(cache, engine_base, base, port):
+    """templates/coding-agent.yaml with the Anthropic SDK: one session tagged by hand and one
+    with no dynrt header at all, recognized by the template's match rules. Both are served
+    alike (the pick's turn by the fill made during the person's wait, a repeat from the
+    library), and every answer is the engine's own, byte for byte."""
+    floor_1 = node(cache, "coding_agent.mjs", engine_base, AGENT_TASK % 1)
+    floor_2 = node(cache, "coding_agent.mjs", engine_base, AGENT_TASK % 2)
+    tagged = node(cache, "coding_agent.mjs", base, AGENT_TASK % 1, "agent-run-1")
+    untagged = node(cache, "coding_agent.mjs", base, AGENT_TASK % 2)
+    tagged_again = node(cache, "coding_agent.mjs", base, AGENT_TASK % 1, "agent-run-2")
+    untagged_again = node(cache, "coding_agent.mjs", base, AGENT_TASK % 2)
+    print("coding agent, served: tagged %s, untagged %s; again: tagged %s, untagged %s" %
+          (tagged.get("served"), untagged.get("served"), tagged_again.get("served"),
+           untagged_again.get("served")), flush=True)
+    check(len(floor_1.get("content", [])) == 4,
+          "coding agent: the session reads, asks, edits and ends: %s" % floor_1)
+    check(tagged.get("served") == ["engine", "engine", "fill", "engine"],
+          "coding agent, tagged: the turn after the pick is served by fill: %s" %
+          tagged.get("served"))
+    check(untagged.get("served") == tagged.get("served"),
+          "coding agent, no dynrt header: served as the tagged session is: %s" %
+          untagged.get("served"))
+    check(tagged_again.get("served") == ["cache"] * 4 and
+          untagged_again.get("served") == ["cache"] * 4,
+          "coding agent: a repeated session comes from the library, tagged or not: %s %s" %
+          (tagged_again.get("served"), untagged_again.get("served")))
+    for name, run, floor in (("tagged", tagged, floor_1), ("untagged", untagged, floor_2),
+                             ("tagged again", tagged_again, floor_1),
+                             ("untagged again", untagged_again, floor_2)):
+        check(run.get("content") == floor.get("content"),
+              "coding agent, %s: every answer (text and tool calls) is the engine's" % name)
+    check(untagged.get("options_filled") is True,
+          "coding agent: the options were filled during the person's wait")
+    m = metrics(port)
+    turn = 'dynrt_recognized_total{workflow="coding-agent",stage="turn"}'
+    answer = 'dynrt_recognized_total{workflow="coding-agent",stage="answer"}'
+    check(m.get(turn) == 6 and m.get(answer) == 2,
+          "coding agent: /metrics counts the recognized calls by stage: %s %s" %
+          (m.get(turn), m.get(answer)))
+
+
 def main():
     dynrt, sim = sys.argv[1], sys.argv[2]
     cache, why = install()
@@ -217,6 +285,8 @@ def main():
         f.write(json.dumps({"contains": "[tool read]", "response": "I will read the file.",
                             "tool_calls": [{"name": "read_file",
                                             "arguments": {"path": "parser.c"}}]}) + "\n")
+        for line in agent_script():
+            f.write(line + "\n")
     with open(os.path.join(tmp, "corpus.json"), "w") as f:
         json.dump({"documents": [{"key": "api:" + h, "text": h + " API: ok"}
                                  for h in ("weather", "calendar", "email")],
@@ -278,6 +348,7 @@ def main():
 
         protocols(cache, "http://127.0.0.1:%d" % engine_port, base)
         templated(cache, engine_port, base)
+        coding_agent(cache, "http://127.0.0.1:%d" % engine_port, base, port)
     finally:
         stop(serve)
         engine.terminate()
