@@ -187,6 +187,28 @@ def run(script):
 
         concurrent_turns(port, 8, 4, "kill", log, kill_b)
         check(killed == [True], "B was killed in the middle of the runs")
+        # Should no call have reached B between the kill and the end of the runs (they may all
+        # have been on A then), bursts of concurrent calls go on until one finds B dead: the
+        # pool spreads concurrent calls, so B's turn comes.
+        extra = []
+
+        def burst(n):
+            def one(k):
+                body = chat("Answer briefly.", "after the kill %d.%d" % (n, k), 8)
+                s, _, answer = request(port, "POST", "/v1/chat/completions", body)
+                extra.append((body, s, answer))
+            threads = [threading.Thread(target=one, args=(k,)) for k in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+
+        for n in range(25):
+            if replica_metric(metrics(port), "dynrt_engine_replica_failures_total", url_b) >= 1:
+                break
+            burst(n)
+        check(all(s == 200 for _, s, _ in extra),
+              "calls after the kill are answered (%d made)" % len(extra))
         # One more call: should B's cooldown be over, it probes B, fails over and reopens B's
         # circuit; either way B is out right after it.
         s, _, _ = request(port, "POST", "/v1/chat/completions", chat("Answer briefly.", "x", 8))
@@ -201,7 +223,7 @@ def run(script):
         check(len(log) == 8 * 4 * 2, "every call was made (%d)" % len(log))
         # The answers are A's for the same body (the replicas are one model: exactness holds).
         differ = 0
-        for body, s, answer in log:
+        for body, s, answer in log + extra:
             if s == 200:
                 s2, _, direct = request(a_port, "POST", "/v1/chat/completions", body)
                 if s2 != 200 or content(direct) != content(answer):
