@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 
 namespace dynrt::actors {
 
@@ -33,6 +34,7 @@ struct BranchActorState {
   // drafter sampling
   std::vector<std::string> votes;
   int samples_out = 0;
+  double draft_engine_ms = 0;  // engine time of the samples that answered
   bool proposed = false;
   bool answered = false;  // Action 1's first answer came (its fills are known)
   run::BranchNote note;   // what `dynrt explain` learns of it
@@ -183,20 +185,10 @@ void admit(Self self, std::shared_ptr<AdmitRequest> req) {
           });
 }
 
-// The ranking is in: Action 0, then Action 1.
-void proposed(Self self, std::vector<std::string> candidates) {
+// Asks Action 0 whether this branch is worth predicting and filling, and calls `on_open` if
+// it is. A closed branch runs nothing more; it settles once resolved.
+void ask_gate(Self self, std::function<void()> on_open) {
   auto& st0 = self->state;
-  if (st0.proposed) return;
-  st0.proposed = true;
-  const auto setup = st0.init->services->time->now() - st0.started;
-  st0.branch->propose(std::move(candidates), setup);
-  st0.note.proposed = true;
-  for (const auto& c : st0.branch->candidates())
-    st0.note.candidates.push_back({c, 0, std::nullopt, FillStatus::running});
-  if (st0.branch->candidates().empty() || st0.branch->phase() != branch::Phase::filling) {
-    report(self);
-    return maybe_settle(self);  // nothing to fill (settles once resolved)
-  }
   const auto& svc = *st0.init->services;
   ++svc.counters->branches_opened;
   *st0.asked_gate = true;
@@ -212,12 +204,37 @@ void proposed(Self self, std::vector<std::string> candidates) {
               return maybe_settle(self);
             }
             st.gated_open = true;
-            self->send(svc.pricing, setup_atom::value, st.branch->id(),
-                       static_cast<std::int64_t>(setup.count()));
-            if (st.branch->phase() != branch::Phase::filling) return maybe_settle(self);
-            admit(self, admit_request(self));
+            on_open();
           },
           [=](error&) { maybe_settle(self); });
+}
+
+// The ranking is in. A drafter's branch passed Action 0 before drafting; any other asks it
+// now, when there is something to fill. Then Action 1.
+void proposed(Self self, std::vector<std::string> candidates) {
+  auto& st0 = self->state;
+  if (st0.proposed) return;
+  st0.proposed = true;
+  const auto setup = st0.init->services->time->now() - st0.started;
+  st0.branch->propose(std::move(candidates), setup);
+  st0.note.proposed = true;
+  for (const auto& c : st0.branch->candidates())
+    st0.note.candidates.push_back({c, 0, std::nullopt, FillStatus::running});
+  const auto& svc = *st0.init->services;
+  const auto charge_and_admit = [=] {
+    auto& st = self->state;
+    self->send(svc.pricing, setup_atom::value, st.branch->id(),
+               static_cast<std::int64_t>(setup.count()), st.draft_engine_ms);
+    if (st.branch->phase() != branch::Phase::filling || st.branch->candidates().empty())
+      return maybe_settle(self);
+    admit(self, admit_request(self));
+  };
+  if (st0.gated_open) return charge_and_admit();  // the drafting was its setup
+  if (st0.branch->candidates().empty() || st0.branch->phase() != branch::Phase::filling) {
+    report(self);
+    return maybe_settle(self);  // nothing to fill (settles once resolved)
+  }
+  ask_gate(self, charge_and_admit);
 }
 
 void draft(Self self) {
@@ -225,21 +242,16 @@ void draft(Self self) {
   const auto& d = decision_of(st);
   const auto& src = d.candidates;
   const auto& svc = *st.init->services;
-  // The drafter's request, rendered like a model stage of its own.
-  dsl::Stage stage;
-  stage.kind = dsl::StageKind::model;
-  stage.model = src.model;
-  stage.params = src.params;
-  stage.request = src.request;
-  auto rendered = dsl::render_stage(stage, st.init->bindings);
-  if (!rendered) return proposed(self, {});
-  auto executor = svc.executor_for(rendered->endpoint, rendered->body);
-  if (!executor) return proposed(self, {});
   const int n = std::max(1, src.samples);
+  caf::actor executor;
   for (int i = 0; i < n; ++i) {
+    auto rendered = dsl::render_draft(src, st.init->bindings, i);
+    if (!rendered) return proposed(self, {});
+    if (!executor) executor = svc.executor_for(rendered->endpoint, rendered->body);
+    if (!executor) return proposed(self, {});
     auto exec = std::make_shared<Exec>();
     exec->endpoint = rendered->endpoint;
-    exec->body = rendered->body;
+    exec->body = std::move(rendered->body);
     exec->kind = engines::RequestKind::fill;
     exec->priority = svc.policy.fill_priority;
     exec->id = "dynrt-draft-" + std::to_string(st.branch->id()) + "-" + std::to_string(i);
@@ -248,6 +260,7 @@ void draft(Self self) {
     exec->tag = static_cast<std::uint64_t>(i);
     exec->cancel = st.drafts;
     anon_send(executor, exec_atom::value, ExecPtr(exec));
+    ++svc.counters->draft_samples;
   }
   st.samples_out = n;
   arm(self, std::chrono::milliseconds(std::max(1, src.timeout_ms)), timebox_atom::value);
@@ -274,7 +287,10 @@ void propose(Self self) {
                 [=](error&) { proposed(self, {}); });
       return;
     case dsl::CandidateSourceKind::drafter:
-      return draft(self);
+      // Action 0 first: refusing to draft is the only way to save the drafter's engine time.
+      return ask_gate(self, [=] {
+        if (!self->state.proposed) draft(self);  // unless the decider already resolved it
+      });
   }
 }
 
@@ -327,6 +343,12 @@ behavior branch_actor(Self self, BranchInitPtr init) {
       // drafter samples
       [=](engdone_atom, std::uint64_t, const ExecResultPtr& r) {
         auto& st = self->state;
+        if (r->ok) {
+          const auto us =
+              std::chrono::duration_cast<std::chrono::microseconds>(r->result.engine_time).count();
+          st.init->services->counters->drafting_us += us;
+          st.draft_engine_ms += static_cast<double>(us) / 1000;
+        }
         if (st.proposed) return;
         if (r->ok) {
           const auto doc = nlohmann::json::parse(r->result.body, nullptr, false);
@@ -371,9 +393,15 @@ behavior branch_actor(Self self, BranchInitPtr init) {
         auto& st = self->state;
         const auto& svc = *st.init->services;
         if (!st.proposed) {
-          // Resolved before the predictor answered (a fast decider): nothing to fill.
+          // Resolved before the predictor answered (a fast decider): nothing to fill. A
+          // drafter that ran is still charged its time.
           st.proposed = true;
-          st.branch->propose({}, svc.time->now() - st.started);
+          const auto setup = svc.time->now() - st.started;
+          st.branch->propose({}, setup);
+          st.drafts->cancel();
+          if (st.gated_open)
+            self->send(svc.pricing, setup_atom::value, st.branch->id(),
+                       static_cast<std::int64_t>(setup.count()), st.draft_engine_ms);
         }
         const auto res = st.branch->resolve(outcome, selection);
         st.note.outcome = res.outcome;

@@ -115,11 +115,12 @@ struct Counters {
       fills_completed{0}, fills_failed{0}, fills_cancelled{0}, fills_consumed{0}, shadows_stored{0},
       shadows_discarded{0}, writes{0}, workflows_live{0}, coalesced{0}, runs_evicted{0},
       runs_expired{0}, fills_running{0}, runs_refused{0}, emissions{0}, fills_outrun{0},
-      fills_emitted{0};
+      fills_emitted{0}, draft_samples{0};
   std::atomic<std::uint64_t> next_id{1};  // branch and fill ids, unique in the process
   // Engine time: of results served without execution, of fills nobody consumed, and (part of
   // the latter) of fill requests that ended without a result (failed, or cancelled midway).
   std::atomic<std::int64_t> saved_us{0}, wasted_us{0}, unfinished_us{0};
+  std::atomic<std::int64_t> drafting_us{0};  // engine time of drafter samples that answered
 };
 
 class StatsBoard;

@@ -142,7 +142,7 @@ struct RuntimeStats {
   std::uint64_t hedge_fills = 0;    // ... and were answered by the fill all the same
   std::uint64_t coalesced = 0;      // demands that joined an identical one in flight
   // branches and fills
-  std::uint64_t branches_opened = 0;  // a decision point was reached with candidates
+  std::uint64_t branches_opened = 0;  // asked Action 0 (with candidates, or before drafting)
   std::uint64_t branches_gated = 0;   // Action 0 kept it closed
   std::uint64_t branches_settled = 0;
   std::uint64_t fills_issued = 0;
@@ -154,6 +154,7 @@ struct RuntimeStats {
   std::uint64_t emissions = 0;      // selections read from a decode before it ended
   std::uint64_t fills_outrun = 0;   // ... and the other candidates' fills they stopped then
   std::uint64_t fills_emitted = 0;  // ... and the winners' fills they started then
+  std::uint64_t draft_samples = 0;  // drafter samples sent (branches Action 0 opened)
   std::uint64_t shadows_stored = 0;
   std::uint64_t shadows_discarded = 0;
   double engine_ms_saved = 0;   // engine time of results served without execution
@@ -161,6 +162,7 @@ struct RuntimeStats {
   // ... of which: fill requests that ended without a result (cancelled midway or failed), as
   // wall time from their start (no engine reports it)
   double engine_ms_unfinished = 0;
+  double engine_ms_drafting = 0;  // engine time of drafter samples that answered
   // writes
   std::uint64_t writes = 0;
   // library and admission

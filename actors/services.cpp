@@ -756,8 +756,8 @@ behavior pricing_actor(stateful_actor<PricingState>* self, PricingConfig config)
         s.publish();
         return out;
       },
-      [=](setup_atom, std::uint64_t branch, std::int64_t setup_ns) {
-        self->state.controller->charge_setup(branch, Duration(setup_ns));
+      [=](setup_atom, std::uint64_t branch, std::int64_t setup_ns, double draft_slot_ms) {
+        self->state.controller->charge_setup(branch, Duration(setup_ns), draft_slot_ms);
       },
       [=](learn_atom, const Resolution& r) {
         self->state.frequency.observe(r.coordinate, r.selection);

@@ -35,13 +35,14 @@ constexpr std::array kCounters = {
     CounterSpec{&Counters::emissions, &RuntimeStats::emissions, "dynrt_selections_emitted_total", "Selections read from a deciding stage's decode before it ended (resolve on emission)."},
     CounterSpec{&Counters::fills_outrun, &RuntimeStats::fills_outrun, "dynrt_fills_cancelled_on_emission_total", "Fills of other candidates stopped when the decider emitted its selection (also counted as cancelled)."},
     CounterSpec{&Counters::fills_emitted, &RuntimeStats::fills_emitted, "dynrt_fills_started_on_emission_total", "Fills of an emitted selection that Action 1 had not admitted, started when the decider emitted it (also counted as issued)."},
+    CounterSpec{&Counters::draft_samples, &RuntimeStats::draft_samples, "dynrt_draft_samples_total", "Drafter samples sent to an engine, for branches the generation gate opened."},
     CounterSpec{&Counters::fills_failed, &RuntimeStats::fills_failed, "dynrt_fills_failed_total", "Fills that failed (a miss, never an answer)."},
     CounterSpec{&Counters::fills_completed, &RuntimeStats::fills_completed, "dynrt_fills_completed_total", "Fills that ran their whole chain."},
     CounterSpec{&Counters::fills_suppressed, &RuntimeStats::fills_suppressed, "dynrt_fills_suppressed_total", "Fills whose first stage was already in the library (no engine work)."},
     CounterSpec{&Counters::coalesced, &RuntimeStats::coalesced, "dynrt_coalesced_total", "Demands that joined an identical execution in flight instead of running it again."},
     CounterSpec{&Counters::shadows_stored, &RuntimeStats::shadows_stored, "dynrt_shadows_stored_total", "Fill results stored as shadows."},
     CounterSpec{&Counters::shadows_discarded, &RuntimeStats::shadows_discarded, "dynrt_shadows_discarded_total", "Fill results discarded unused."},
-    CounterSpec{&Counters::branches_opened, &RuntimeStats::branches_opened, "dynrt_branches_opened_total", "Decision points reached with candidates."},
+    CounterSpec{&Counters::branches_opened, &RuntimeStats::branches_opened, "dynrt_branches_opened_total", "Decision points that asked the generation gate (with their candidates, or before drafting them)."},
     CounterSpec{&Counters::branches_gated, &RuntimeStats::branches_gated, "dynrt_branches_gated_total", "Branches the generation gate kept closed."},
     CounterSpec{&Counters::branches_settled, &RuntimeStats::branches_settled, "dynrt_branches_settled_total", "Branches settled (feedback given)."},
     CounterSpec{&Counters::writes, &RuntimeStats::writes, "dynrt_writes_total", "Write notifications applied."},
@@ -63,6 +64,7 @@ struct DerivedSpec {
 constexpr std::array kDerived = {
     DerivedSpec{"dynrt_engine_saved_seconds_total", "counter", "Engine time of results served without execution.", [](const RuntimeStats& s) { return s.engine_ms_saved / 1000; }},
     DerivedSpec{"dynrt_engine_wasted_seconds_total", "counter", "Engine time of fills nobody consumed, including fill requests stopped midway (cancelled losers) and failed ones, measured as wall time on the engine.", [](const RuntimeStats& s) { return s.engine_ms_wasted / 1000; }},
+    DerivedSpec{"dynrt_engine_drafting_seconds_total", "counter", "Engine time of drafter samples that answered (candidate generation, charged to the generation gate).", [](const RuntimeStats& s) { return s.engine_ms_drafting / 1000; }},
     DerivedSpec{"dynrt_gate_branches_opened_total", "counter", "Generation gate (Action 0): opened.", [](const RuntimeStats& s) { return double(s.admission.branches_opened); }},
     DerivedSpec{"dynrt_gate_branches_closed_total", "counter", "Generation gate (Action 0): kept closed.", [](const RuntimeStats& s) { return double(s.admission.branches_closed); }},
     DerivedSpec{"dynrt_gate_fills_admitted_total", "counter", "Fill gate (Action 1): admitted.", [](const RuntimeStats& s) { return double(s.admission.fills_admitted); }},
@@ -190,6 +192,7 @@ void read_counters(const Counters& c, RuntimeStats& s) {
   s.engine_ms_saved = static_cast<double>(c.saved_us.load()) / 1000;
   s.engine_ms_wasted = static_cast<double>(c.wasted_us.load()) / 1000;
   s.engine_ms_unfinished = static_cast<double>(c.unfinished_us.load()) / 1000;
+  s.engine_ms_drafting = static_cast<double>(c.drafting_us.load()) / 1000;
 }
 
 void count_served(Counters& c, Served how) {

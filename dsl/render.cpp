@@ -554,4 +554,20 @@ std::vector<std::string> extract_candidates(const CandidateSource& source, const
   return out;
 }
 
+Expected<RenderedRequest> render_draft(const CandidateSource& source, const Bindings& vars,
+                                       int index) {
+  Stage stage;
+  stage.kind = StageKind::model;
+  stage.model = source.model;
+  stage.params = source.params;
+  stage.request = source.request;
+  auto rendered = render_stage(stage, vars);
+  if (!rendered || !rendered->body.is_object()) return rendered;
+  const auto given = rendered->body.find("seed");
+  const std::int64_t seed0 =
+      given != rendered->body.end() && given->is_number_integer() ? given->get<std::int64_t>() : 0;
+  rendered->body["seed"] = seed0 + index;
+  return rendered;
+}
+
 }  // namespace dynrt::dsl

@@ -102,4 +102,11 @@ std::optional<std::string> emitted_selection(const Decision& decision,
 std::vector<std::string> extract_candidates(const CandidateSource& source,
                                             const nlohmann::json& output);
 
+// The request of a `drafter` source's sample `index` (0-based): rendered like a model stage of
+// the drafter's model, params and request, with its own seed (the params' integer `seed`,
+// default 0, plus `index`). The samples are distinct draws, and a branch drafted again from
+// the same input draws the same ones.
+Expected<RenderedRequest> render_draft(const CandidateSource& source, const Bindings& vars,
+                                       int index);
+
 }  // namespace dynrt::dsl

@@ -344,9 +344,10 @@ double Controller::budget_reserve() const {
   return over * over * top_density_;
 }
 
-void Controller::charge_setup(BranchId branch, Duration setup) {
+void Controller::charge_setup(BranchId branch, Duration setup, double draft_slot_ms) {
   if (Branch* b = find(branch)) {
-    const double ms = std::chrono::duration<double, std::milli>(setup).count();
+    double ms = std::chrono::duration<double, std::milli>(setup).count();
+    if (draft_slot_ms > 0) ms += curves_.cost(view(), Footprint{draft_slot_ms, 0});
     if (b->settled) {
       revise(branch, -ms);
     } else {

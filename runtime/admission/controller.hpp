@@ -9,7 +9,8 @@
 //                    before expansion so feedback that arrives during setup is not lost
 //   admit            Action 1: sequential repricing over the proposed candidates, with
 //                    atomic reservations and seeded audits
-//   charge_setup     the predictor's time, charged whether or not it produced anything
+//   charge_setup     the predictor's time, charged whether or not it produced anything, and a
+//                    drafter's engine time at its price (what its samples cost canonical work)
 //   resolve          selection statistics for every predicted candidate
 //   consumed/missed  usability for admitted, selected fills; savings and waits
 //   release          a fill finished or was cancelled: its reservation returns (once; a second
@@ -198,7 +199,10 @@ class Controller {
   // caller's next call is about to demand it. nullopt when it does not fit.
   std::optional<FillChoice> admit_emitted(BranchId branch, const Candidate& candidate,
                                           TenantShare tenant = {});
-  void charge_setup(BranchId branch, Duration setup);
+  // Eq. 4's T_setup: the time from the branch's start to its candidates. `draft_slot_ms`, the
+  // engine time a drafter's samples took, is charged too, at the price the curves give it at
+  // the current load, as a fill's slot time is: at load, drafting delays canonical work.
+  void charge_setup(BranchId branch, Duration setup, double draft_slot_ms = 0);
   // The branch resolved; selected_rank is the rank of the selected candidate among those
   // predicted, or nullopt if the selection was none of them. (An ambiguous selection should
   // not be reported: nothing is learned from it.)

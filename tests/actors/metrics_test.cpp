@@ -202,6 +202,8 @@ TEST(Metrics, EveryMetricHasItsValueInAScriptedScenario) {
       {"dynrt_selections_emitted_total", o.emitting_deciders},
       {"dynrt_fills_cancelled_on_emission_total", o.cancelled_while_decoding},
       {"dynrt_fills_started_on_emission_total", 0},  // `always` had admitted every winner
+      {"dynrt_draft_samples_total", 0},              // Routing's candidates are a static list
+      {"dynrt_engine_drafting_seconds_total", 0},
       {"dynrt_fills_failed_total", o.failed},
       {"dynrt_fills_completed_total", o.done},
       {"dynrt_fills_suppressed_total", 0},         // no fill's first stage was in the library

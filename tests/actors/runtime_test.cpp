@@ -75,9 +75,12 @@ TEST(Runtime, ToolCallsRunOnTheToolEngine) {
   EXPECT_EQ(json::parse(r.body)["key"], "corpus:Entity1");
 }
 
-// A drafter source: the draft model is sampled, its answers are read with the decision's
-// selection, and the most named candidate is filled.
-TEST(Runtime, DrafterPredictorRanksByVotesAndFills) {
+// A routing template whose handler is drafted by `small` with `drafter` (extra keys of the
+// candidates), and a run of it: the router's call, then the handler's for `handler`. Returns how
+// the handler's call was served and the fills issued.
+std::pair<Served, std::uint64_t> run_drafted(const std::string& drafter,
+                                             engines::sim::Script script,
+                                             const std::string& handler) {
   const std::string yaml = R"(version: 1
 workflow: drafted
 inputs:
@@ -105,19 +108,16 @@ decisions:
     candidates:
       source: drafter
       model: small
-      samples: 4
-      max: 2
+)" + drafter + R"(
       request:
         messages: [{role: user, content: "Guess the handler for {{query}}"}]
     selection:
       regex: 'HANDLER:\s*(\w+)'
 )";
-  engines::sim::Script script;
-  script.add_contains("Guess the handler", "HANDLER: email");
   std::string reasoning;
   for (int i = 0; i < 300; ++i)
     reasoning += "hmm ";
-  script.add_contains("route me", reasoning + "HANDLER: email");
+  script.add_contains("route me", reasoning + "HANDLER: " + handler);
   engines::sim::SimEngineOptions eo;
   eo.time_scale = 10;
   auto engine = std::make_shared<engines::sim::SimEngine>(engines::sim::SimParams{}, script, eo);
@@ -125,20 +125,55 @@ decisions:
   cfg.engines.push_back({"sim", engine, {}});
   cfg.template_texts = {{"drafted.yaml", yaml}};
   auto rt = Runtime::create(cfg);
-  ASSERT_TRUE(rt.ok()) << rt.error().message;
-  const Tags router{"drafted", "d1", "router"};
-  const json q = {{"model", "big"},
-                  {"temperature", 0},
-                  {"max_tokens", 400},
-                  {"messages", json::array({{{"role", "user"}, {"content", "route me"}}})}};
-  ASSERT_TRUE((*rt)->complete({"/v1/chat/completions", q, router}).get().ok());
-  const json h = {{"model", "big"},
-                  {"temperature", 0},
-                  {"max_tokens", 32},
-                  {"messages", json::array({{{"role", "user"}, {"content", "email: route me"}}})}};
-  const auto r = (*rt)->complete({"/v1/chat/completions", h, {"drafted", "d1", "handle"}}).get();
-  EXPECT_EQ(r.served, Served::fill);
-  EXPECT_EQ((*rt)->stats().fills_issued, 1u) << "four votes for one candidate: one fill";
+  EXPECT_TRUE(rt.ok()) << rt.error().message;
+  if (!rt.ok()) return {Served::engine, 0};
+  const auto call = [](int max_tokens, const std::string& content) {
+    return json{{"model", "big"},
+                {"temperature", 0},
+                {"max_tokens", max_tokens},
+                {"messages", json::array({{{"role", "user"}, {"content", content}}})}};
+  };
+  EXPECT_TRUE(
+      (*rt)
+          ->complete({"/v1/chat/completions", call(400, "route me"), {"drafted", "d1", "router"}})
+          .get()
+          .ok());
+  const auto r = (*rt)
+                     ->complete({"/v1/chat/completions",
+                                 call(32, handler + ": route me"),
+                                 {"drafted", "d1", "handle"}})
+                     .get();
+  return {r.served, (*rt)->stats().fills_issued};
+}
+
+// A drafter source: the draft model is sampled, its answers are read with the decision's
+// selection, and the most named candidate is filled.
+TEST(Runtime, DrafterPredictorRanksByVotesAndFills) {
+  engines::sim::Script script;
+  script.add_contains("Guess the handler", "HANDLER: email");
+  const auto [served, fills] = run_drafted("      samples: 4\n      max: 2", script, "email");
+  EXPECT_EQ(served, Served::fill);
+  EXPECT_EQ(fills, 1u) << "four votes for one candidate: one fill";
+}
+
+// Each drafter sample carries its own seed (0, 1, ...), so a draft model that samples gives
+// distinct answers: here three of four name sms, and sms, the only candidate kept, is filled.
+TEST(Runtime, DrafterSamplesCarryTheirOwnSeeds) {
+  engines::sim::Script script;
+  // Unseeded samples would all get this answer, and the wrong candidate would be filled.
+  script.add_contains("Guess the handler", "HANDLER: email");
+  for (int seed = 0; seed < 4; ++seed)
+    script.add_exact(
+        {{"model", "small"},
+         {"temperature", 1},
+         {"seed", seed},
+         {"messages",
+          json::array({{{"role", "user"}, {"content", "Guess the handler for route me"}}})}},
+        seed == 2 ? "HANDLER: email" : "HANDLER: sms");
+  const auto [served, fills] =
+      run_drafted("      params: {temperature: 1}\n      samples: 4\n      max: 1", script, "sms");
+  EXPECT_EQ(served, Served::fill) << "the samples' majority, sms, was filled";
+  EXPECT_EQ(fills, 1u);
 }
 
 // One open-loop simulation of `runs` Routing runs on a stepped runtime and engine: every

@@ -304,5 +304,26 @@ TEST(Candidates, ExtractTakesEachListElement) {
             (std::vector<std::string>{"Book a table", "Call a taxi", "Wait"}));
 }
 
+// A drafter's samples: rendered like a model stage, each with its own seed.
+TEST(Candidates, DrafterSamplesCarryTheirOwnSeeds) {
+  CandidateSource src;
+  src.kind = CandidateSourceKind::drafter;
+  src.model = "small";
+  src.params = {{"temperature", 1}, {"max_tokens", 8}};
+  src.request = {{"messages", {{{"role", "user"}, {"content", "Guess for {{q}}"}}}}};
+  const auto a = render_draft(src, {{"q", "x"}}, 0);
+  const auto b = render_draft(src, {{"q", "x"}}, 3);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->body["seed"], 0);
+  EXPECT_EQ(b->body["seed"], 3);
+  EXPECT_EQ(a->body["model"], "small");
+  EXPECT_EQ(a->body["temperature"], 1);
+  EXPECT_EQ(a->body["messages"][0]["content"], "Guess for x");
+  EXPECT_EQ(a->endpoint, "/v1/chat/completions");
+  src.params["seed"] = 40;  // a seed of the drafter's own is the first sample's
+  EXPECT_EQ(render_draft(src, {{"q", "x"}}, 2)->body["seed"], 42);
+  EXPECT_FALSE(render_draft(src, {}, 0).ok()) << "an unbound variable fails the draft";
+}
+
 }  // namespace
 }  // namespace dynrt::dsl

@@ -372,6 +372,28 @@ TEST_F(ControllerTest, SetupIsChargedWhetherOrNotThePredictorProducedAnything) {
   EXPECT_NEAR(*ctl.branch_return(7), -40, 1e-9);
 }
 
+// A drafter's samples took engine time that canonical requests waited behind: it is charged
+// at the price of that slot time under the load, on top of the setup's own time, so that the
+// generation gate closes a drafter that does not pay at load.
+TEST_F(ControllerTest, ADraftersEngineTimeIsChargedAtItsPrice) {
+  Controller ctl(clock_, config());
+  ctl.observe_load(0.6, 0.2);
+  const double price = ctl.prices().cost(ctl.view(), Footprint{800, 0});
+  ASSERT_GT(price, 0);
+  ASSERT_TRUE(ctl.open_branch(7, kClass).open);
+  ctl.charge_setup(7, milliseconds(40), /*draft_slot_ms=*/800);
+  ctl.admit(7, {}, 3);
+  ctl.settle(7);
+  EXPECT_NEAR(*ctl.branch_return(7), -40 - price, 1e-9);
+  // An idle engine: the drafter's time costs nothing beyond the setup's own.
+  Controller idle(clock_, config());
+  ASSERT_TRUE(idle.open_branch(8, kClass).open);
+  idle.charge_setup(8, milliseconds(40), 800);
+  idle.settle(8);
+  EXPECT_NEAR(*idle.branch_return(8), -40 - idle.prices().cost(idle.view(), {800, 0}), 1e-9);
+  EXPECT_LT(idle.prices().cost(idle.view(), {800, 0}), price);
+}
+
 // Runs `n` branches of a synthetic class: each opened branch admits what the gate allows and
 // pays `setup`; when `pays`, its selected top candidate is consumed and saves 2 s.
 struct Scenario {
