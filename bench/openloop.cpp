@@ -595,6 +595,8 @@ CellResult run_cell(const CellContext& cx) {
   res.wait_timeouts = static_cast<double>(st.wait_timeouts) * per;
   res.hedge_fills = static_cast<double>(st.hedge_fills) * per;
   res.fills_outrun = static_cast<double>(st.fills_outrun) * per;
+  res.draft_samples = static_cast<double>(st.draft_samples) * per;
+  res.drafting_engine_s = st.engine_ms_drafting / 1000.0 * per;
   const auto& gate = st.admission;
   if (const auto decided = gate.branches_opened + gate.branches_closed; decided > 0) {
     res.gate_open_share = static_cast<double>(gate.branches_opened) / static_cast<double>(decided);

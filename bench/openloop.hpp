@@ -91,6 +91,8 @@ struct CellResult {
   double wait_timeouts = 0;         // ... and ran on the engine after the template's wait_ms
   double hedge_fills = 0;           // ... and were answered by their fill all the same
   double fills_outrun = 0;          // fills stopped when their decider emitted another selection
+  double draft_samples = 0;         // drafter samples sent, per request
+  double drafting_engine_s = 0;     // ... and their engine time (simulated seconds)
   // The share of decisions at which the generation gate (Action 0) opened, and of those the
   // share an audit opened; -1 when the arm made no decision (no fills).
   double gate_open_share = -1;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <iomanip>
 #include <random>
 #include <sstream>
@@ -130,7 +131,7 @@ BenchOptions cell_options(const SweepOptions& o) {
 SweepPoint over_seeds(const std::vector<CellResult>& cells) {
   SweepPoint p;
   p.seeds = cells.size();
-  std::vector<double> means, p50, p99, ratio, issued, consumed, wasted, gate;
+  std::vector<double> means, p50, p99, ratio, issued, consumed, wasted, gate, drafts, drafting;
   for (const auto& c : cells) {
     means.push_back(c.mean_s);
     p50.push_back(c.p50_s);
@@ -139,6 +140,8 @@ SweepPoint over_seeds(const std::vector<CellResult>& cells) {
     issued.push_back(c.fills_issued);
     consumed.push_back(c.fills_consumed);
     wasted.push_back(c.wasted_engine_s);
+    drafts.push_back(c.draft_samples);
+    drafting.push_back(c.drafting_engine_s);
     if (c.gate_open_share >= 0) gate.push_back(c.gate_open_share);
     p.accuracy = std::min(p.accuracy, c.accuracy);
     p.failures += c.failures;
@@ -152,6 +155,8 @@ SweepPoint over_seeds(const std::vector<CellResult>& cells) {
   p.fills_consumed = mean(consumed);
   p.wasted_engine_s = mean(wasted);
   p.gate_open_share = gate.empty() ? -1 : mean(gate);
+  p.draft_samples = mean(drafts);
+  p.drafting_engine_s = mean(drafting);
   return p;
 }
 
@@ -262,6 +267,8 @@ json SweepRecord::to_json() const {
             {"wait_timeouts", cell.wait_timeouts},
             {"hedge_fills", cell.hedge_fills},
             {"fills_outrun", cell.fills_outrun},
+            {"draft_samples", cell.draft_samples},
+            {"drafting_engine_s", cell.drafting_engine_s},
             {"gate_open_share", cell.gate_open_share},
             {"gate_audit_share", cell.gate_audit_share},
             {"requests", cell.requests},
@@ -301,6 +308,8 @@ json SweepPoint::to_json() const {
             {"fills_consumed", fills_consumed},
             {"wasted_engine_s", wasted_engine_s},
             {"gate_open_share", gate_open_share},
+            {"draft_samples", draft_samples},
+            {"drafting_engine_s", drafting_engine_s},
             {"failures", failures}};
   if (http)
     j["http"] = {{"seeds", http->seeds},
@@ -452,28 +461,45 @@ std::string format_sweep(const SweepOptions& o, const SweepResult& r) {
       }
       md << '\n';
     }
-    md << "\nFills issued / consumed per run, and engine-seconds wasted per run:\n\n| load |";
-    for (const auto& a : arms)
-      if (a != "floor") md << ' ' << a << " |";
-    md << "\n|---|";
-    for (std::size_t i = 1; i < arms.size(); ++i)
-      md << "---|";
-    md << '\n';
-    for (const double load : o.loads) {
-      if (!find_point(r, name, load, "floor")) continue;
-      md << "| " << load << " |";
-      for (const auto& a : arms) {
-        if (a == "floor") continue;
-        const SweepPoint* p = find_point(r, name, load, a);
-        if (!p) {
-          md << " – |";
-          continue;
-        }
-        md << ' ' << fixed(p->fills_issued) << " / " << fixed(p->fills_consumed) << ", "
-           << fixed(p->wasted_engine_s) << " s |";
-      }
+    // A table of one figure per (load, arm other than the floor).
+    const auto per_arm = [&](const std::string& title,
+                             const std::function<std::string(const SweepPoint&)>& cell) {
+      md << "\n" << title << ":\n\n| load |";
+      for (const auto& a : arms)
+        if (a != "floor") md << ' ' << a << " |";
+      md << "\n|---|";
+      for (std::size_t i = 1; i < arms.size(); ++i)
+        md << "---|";
       md << '\n';
-    }
+      for (const double load : o.loads) {
+        if (!find_point(r, name, load, "floor")) continue;
+        md << "| " << load << " |";
+        for (const auto& a : arms) {
+          if (a == "floor") continue;
+          const SweepPoint* p = find_point(r, name, load, a);
+          md << ' ' << (p ? cell(*p) : std::string("–")) << " |";
+        }
+        md << '\n';
+      }
+    };
+    per_arm("Fills issued / consumed per run, and engine-seconds wasted per run",
+            [](const SweepPoint& p) {
+              return fixed(p.fills_issued) + " / " + fixed(p.fills_consumed) + ", " +
+                     fixed(p.wasted_engine_s) + " s";
+            });
+    // A drafter's cost (templates whose candidates a draft model samples), and how often the
+    // generation gate let it run.
+    bool drafted = false;
+    for (const auto& p : r.points)
+      drafted = drafted || (p.workload == name && p.draft_samples > 0);
+    if (drafted)
+      per_arm(
+          "Drafter samples and their engine-seconds per run, and the share of branches the "
+          "generation gate opened",
+          [](const SweepPoint& p) {
+            return fixed(p.draft_samples) + ", " + fixed(p.drafting_engine_s) + " s, " +
+                   (p.gate_open_share < 0 ? std::string("–") : fixed(p.gate_open_share));
+          });
     // In process against over HTTP (--http).
     bool http_any = false;
     for (const double load : o.loads)
@@ -515,7 +541,11 @@ std::string format_sweep(const SweepOptions& o, const SweepResult& r) {
          << (full->fills_issued > 0 ? fixed(open->fills_issued / full->fills_issued, 1) + "×"
                                     : std::string("all"))
          << " fewer), mean latency " << (full->mean_s >= open->mean_s ? "+" : "")
-         << fixed(100 * (full->mean_s / open->mean_s - 1), 1) << "%\n";
+         << fixed(100 * (full->mean_s / open->mean_s - 1), 1) << "%";
+      if (open->draft_samples > 0)
+        md << ", drafting " << fixed(full->drafting_engine_s) << " against "
+           << fixed(open->drafting_engine_s) << " engine-s per run";
+      md << '\n';
     }
   }
   return md.str();

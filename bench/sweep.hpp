@@ -95,6 +95,8 @@ struct SweepPoint {  // one (workload, load, arm) over the seeds
   double fills_consumed = 0;
   double wasted_engine_s = 0;
   double gate_open_share = -1;
+  double draft_samples = 0;  // drafter samples per run, and their engine-seconds
+  double drafting_engine_s = 0;
   std::size_t failures = 0;
   // The same figures over HTTP (--http); null when the arm was not run there.
   std::shared_ptr<const SweepPoint> http;

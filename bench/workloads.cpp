@@ -125,10 +125,20 @@ std::string entity_name(std::size_t i) {
   return "Entity" + std::to_string(i);
 }
 
-Workload react(const WorkloadOptions& o) {
+// Each sample of a ReAct drafter names the true next entity with this probability (times the
+// trace's predictability); otherwise one of the last passage's links (70%) or any entity.
+constexpr double kDrafterAccuracy = 0.4;
+
+Workload react(const dsl::TemplateGraph& g, const WorkloadOptions& o) {
   Workload w;
   w.workflow = "react";
   std::mt19937_64 rng(o.seed);
+  // A template whose entity decision drafts its candidates: the draft model's answers are
+  // scripted too, from a stream of their own so that the trace is the same either way.
+  const dsl::Decision* drafted = nullptr;
+  for (const auto& d : g.decisions)
+    if (d.candidates.kind == dsl::CandidateSourceKind::drafter) drafted = &d;
+  std::mt19937_64 draws(o.seed ^ 0x5eed'd4af'7e25'0001ULL);
   const std::size_t kEntities = 40;
   // Each passage names three other entities, the likeliest next hop first.
   std::vector<std::vector<std::size_t>> links(kEntities);
@@ -165,6 +175,21 @@ Workload react(const WorkloadOptions& o) {
           do
             current = gen() % kEntities;
           while (std::find(named.begin(), named.end(), current) != named.end());
+        }
+      }
+      if (drafted && h > 0) {
+        // The samples at this hop, which the branch renders from the question and the last
+        // passage (the first hop has none, so it drafts nothing).
+        const std::size_t last = visited.back();
+        const dsl::Bindings vars = {{"question", r.input}, {"passage", w.corpus[last]["text"]}};
+        for (int i = 0; i < std::max(1, drafted->candidates.samples); ++i) {
+          const auto body = dsl::render_draft(drafted->candidates, vars, i);
+          if (!body) break;
+          const double x = u(draws);
+          std::size_t named = current;
+          if (x >= kDrafterAccuracy * o.predictability)
+            named = u(draws) < 0.7 ? links[last][draws() % 3] : draws() % kEntities;
+          w.script.add_exact(body->body, "Search[" + entity_name(named) + "]");
         }
       }
       visited.push_back(current);
@@ -267,7 +292,7 @@ std::string routing_query(const Run& run, std::size_t turn) {
 Workload make_workload(const dsl::TemplateGraph& g, const WorkloadOptions& options) {
   const std::string& w = g.workflow;
   if (w == "routing" && g.stage("router")) return routing(g, options);
-  if (w == "react") return react(options);
+  if (w == "react") return react(g, options);
   if (w == "subagent") return subagent(g, options);
   if (w == "hci" && g.stage("offer")) return hci(g, options);
   return {};

@@ -140,6 +140,28 @@ with tempfile.TemporaryDirectory() as tmp:
           "the ablation runs its arms and the floor")
     check(all(rec["accuracy"] == 1.0 for rec in doc["records"]),
           "every ablation arm answers like the floor")
+    # ReAct with a drafter: its samples are scripted, cost engine time, and are counted; a gate
+    # that opens draws them, answers stay the floor's.
+    drafter_out = os.path.join(tmp, "drafter")
+    r = bench("ablation", "react", "--seeds", "1", "--requests", "30", "--loads", "0.5",
+              "--arms", "full,always", "--saturation", "50", "--quiet", "--no-plots",
+              "--templates", os.path.join("bench", "templates", "drafter"),
+              "--out", drafter_out)
+    check(r.returncode == 0, "bench ablation with a drafter exits 0 (stderr: %s)" % r.stderr[-400:])
+    with open(os.path.join(drafter_out, "results.json")) as f:
+        doc = json.load(f)
+    drafting = [rec for rec in doc["records"] if rec["arm"] == "always"]
+    check(drafting and all(rec["draft_samples"] > 0 and rec["drafting_engine_s"] > 0
+                           for rec in drafting),
+          "the drafter's samples run and cost engine time: %s" %
+          [(rec["draft_samples"], rec["drafting_engine_s"]) for rec in drafting])
+    check(all(rec["accuracy"] == 1.0 for rec in doc["records"]),
+          "every arm with a drafter answers like the floor")
+    check(all(rec["draft_samples"] == 0 for rec in doc["records"] if rec["arm"] == "floor"),
+          "the floor drafts nothing")
+    with open(os.path.join(drafter_out, "results.md")) as f:
+        check("Drafter samples and their engine-seconds" in f.read(),
+              "the report shows the drafter's cost")
     r = bench("ablation", "react", "--arms", "p=2", "--out", os.path.join(tmp, "bad"))
     check(r.returncode == 2 and "unknown arm" in r.stderr, "a threshold above 1 is refused")
     r = bench("sweep", "routing", "--loads", "0", "--out", os.path.join(tmp, "bad"))

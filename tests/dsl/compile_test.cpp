@@ -34,6 +34,17 @@ TEST(ShippedTemplates, AllLintClean) {
   ASSERT_EQ(r.graphs().size(), 5u);
 }
 
+// The benchmark's own templates (bench/templates) lint clean too: ReAct with a drafter.
+TEST(BenchTemplates, LintClean) {
+  const LintReport r = lint_paths({"bench/templates"});
+  EXPECT_TRUE(r.diagnostics.empty()) << format_text(r);
+  ASSERT_EQ(r.graphs().size(), 1u);
+  const TemplateGraph& g = *r.graphs()[0];
+  ASSERT_EQ(g.decisions.size(), 1u);
+  EXPECT_EQ(g.decisions[0].candidates.kind, CandidateSourceKind::drafter);
+  EXPECT_EQ(g.decisions[0].candidates.samples, 8);
+}
+
 TEST(ShippedTemplates, RoutingCompilesToItsBranchStructure) {
   const TemplateGraph g = compile_clean(read_file("templates/routing.yaml"));
   EXPECT_EQ(g.workflow, "routing");
