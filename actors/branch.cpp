@@ -296,6 +296,7 @@ void propose(Self self) {
 
 void drafted(Self self) {
   auto& st = self->state;
+  st.drafts->cancel();  // at the time box: the samples still out would rank nothing now
   const auto& d = decision_of(st);
   PredictorContext ctx;
   ctx.observed = st.votes;

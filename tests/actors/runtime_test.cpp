@@ -76,12 +76,9 @@ TEST(Runtime, ToolCallsRunOnTheToolEngine) {
 }
 
 // A routing template whose handler is drafted by `small` with `drafter` (extra keys of the
-// candidates), and a run of it: the router's call, then the handler's for `handler`. Returns how
-// the handler's call was served and the fills issued.
-std::pair<Served, std::uint64_t> run_drafted(const std::string& drafter,
-                                             engines::sim::Script script,
-                                             const std::string& handler) {
-  const std::string yaml = R"(version: 1
+// candidates).
+std::string drafted_yaml(const std::string& drafter) {
+  return R"(version: 1
 workflow: drafted
 inputs:
   query: {description: the request}
@@ -108,12 +105,35 @@ decisions:
     candidates:
       source: drafter
       model: small
-)" + drafter + R"(
+)" + drafter +
+         R"(
       request:
         messages: [{role: user, content: "Guess the handler for {{query}}"}]
     selection:
       regex: 'HANDLER:\s*(\w+)'
 )";
+}
+
+std::string hmm(int words) {
+  std::string reasoning;
+  for (int i = 0; i < words; ++i)
+    reasoning += "hmm ";
+  return reasoning;
+}
+
+json drafted_call(int max_tokens, const std::string& content) {
+  return {{"model", "big"},
+          {"temperature", 0},
+          {"max_tokens", max_tokens},
+          {"messages", json::array({{{"role", "user"}, {"content", content}}})}};
+}
+
+// A run of drafted_yaml(drafter): the router's call, then the handler's for `handler`. Returns
+// how the handler's call was served and the fills issued.
+std::pair<Served, std::uint64_t> run_drafted(const std::string& drafter,
+                                             engines::sim::Script script,
+                                             const std::string& handler) {
+  const std::string yaml = drafted_yaml(drafter);
   std::string reasoning;
   for (int i = 0; i < 300; ++i)
     reasoning += "hmm ";
@@ -127,12 +147,7 @@ decisions:
   auto rt = Runtime::create(cfg);
   EXPECT_TRUE(rt.ok()) << rt.error().message;
   if (!rt.ok()) return {Served::engine, 0};
-  const auto call = [](int max_tokens, const std::string& content) {
-    return json{{"model", "big"},
-                {"temperature", 0},
-                {"max_tokens", max_tokens},
-                {"messages", json::array({{{"role", "user"}, {"content", content}}})}};
-  };
+  const auto call = drafted_call;
   EXPECT_TRUE(
       (*rt)
           ->complete({"/v1/chat/completions", call(400, "route me"), {"drafted", "d1", "router"}})
@@ -174,6 +189,49 @@ TEST(Runtime, DrafterSamplesCarryTheirOwnSeeds) {
       run_drafted("      params: {temperature: 1}\n      samples: 4\n      max: 1", script, "sms");
   EXPECT_EQ(served, Served::fill) << "the samples' majority, sms, was filled";
   EXPECT_EQ(fills, 1u);
+}
+
+// The drafter's time box ranks the samples that answered and stops the others: a sample still
+// decoding then is of no use. In simulated time, so the box and the decodes are exact.
+TEST(Runtime, TheDraftersTimeBoxStopsTheSamplesStillRunning) {
+  engines::sim::Script script;
+  for (int seed = 0; seed < 4; ++seed)
+    script.add_exact(
+        {{"model", "small"},
+         {"temperature", 1},
+         {"max_tokens", 4000},
+         {"seed", seed},
+         {"messages",
+          json::array({{{"role", "user"}, {"content", "Guess the handler for route me"}}})}},
+        seed == 3 ? hmm(3000) + "HANDLER: email" : "HANDLER: sms");
+  script.add_contains("route me", hmm(300) + "HANDLER: sms");
+  engines::sim::SimEngineOptions eo;
+  eo.stepped = true;
+  auto engine = std::make_shared<engines::sim::SimEngine>(engines::sim::SimParams{}, script, eo);
+  auto time = std::make_shared<ManualTime>();
+  bench::SimWorld world(time, engine);
+  RuntimeConfig cfg;
+  cfg.engines.push_back({"sim", engine, {}});
+  cfg.template_texts = {
+      {"drafted.yaml", drafted_yaml("      params: {temperature: 1, max_tokens: 4000}\n"
+                                    "      samples: 4\n      max: 1\n      timeout_ms: 2000")}};
+  cfg.stepped = true;
+  cfg.time = time;
+  auto rt = Runtime::create(cfg);
+  ASSERT_TRUE(rt.ok()) << rt.error().message;
+  world.attach(rt->get());
+  std::optional<Reply> router;
+  (*rt)->complete(
+      {"/v1/chat/completions", drafted_call(400, "route me"), {"drafted", "d1", "router"}},
+      ReplyCallbacks{nullptr, [&](Reply r) { router = std::move(r); }, nullptr});
+  ASSERT_TRUE(world.run_until([&] { return router.has_value(); }));
+  ASSERT_TRUE(router->ok());
+  EXPECT_GT(world.now_s(), 2.0) << "the router decoded past the drafter's time box";
+  EXPECT_EQ((*rt)->stats().draft_samples, 4u);
+  EXPECT_EQ(engine->counters().cancelled, 1u) << "the long sample was stopped at the time box";
+  EXPECT_EQ((*rt)->stats().fills_issued, 1u) << "the three that answered named sms";
+  (*rt)->shutdown();
+  engine->drain();
 }
 
 // One open-loop simulation of `runs` Routing runs on a stepped runtime and engine: every
