@@ -185,6 +185,13 @@ void admit(Self self, std::shared_ptr<AdmitRequest> req) {
           });
 }
 
+// Eq. 4's setup charge: the time until the candidates, and any drafting's engine time.
+void charge_setup(Self self, Duration setup) {
+  const auto& st = self->state;
+  self->send(st.init->services->pricing, setup_atom::value, st.branch->id(),
+             static_cast<std::int64_t>(setup.count()), st.draft_engine_ms);
+}
+
 // Asks Action 0 whether this branch is worth predicting and filling, and calls `on_open` if
 // it is. A closed branch runs nothing more; it settles once resolved.
 void ask_gate(Self self, std::function<void()> on_open) {
@@ -220,11 +227,9 @@ void proposed(Self self, std::vector<std::string> candidates) {
   st0.note.proposed = true;
   for (const auto& c : st0.branch->candidates())
     st0.note.candidates.push_back({c, 0, std::nullopt, FillStatus::running});
-  const auto& svc = *st0.init->services;
   const auto charge_and_admit = [=] {
     auto& st = self->state;
-    self->send(svc.pricing, setup_atom::value, st.branch->id(),
-               static_cast<std::int64_t>(setup.count()), st.draft_engine_ms);
+    charge_setup(self, setup);
     if (st.branch->phase() != branch::Phase::filling || st.branch->candidates().empty())
       return maybe_settle(self);
     admit(self, admit_request(self));
@@ -242,16 +247,15 @@ void draft(Self self) {
   const auto& d = decision_of(st);
   const auto& src = d.candidates;
   const auto& svc = *st.init->services;
+  const auto first = dsl::render_draft(src, st.init->bindings, 0);
+  if (!first) return proposed(self, {});
+  const auto executor = svc.executor_for(first->endpoint, first->body);
+  if (!executor) return proposed(self, {});
   const int n = std::max(1, src.samples);
-  caf::actor executor;
   for (int i = 0; i < n; ++i) {
-    auto rendered = dsl::render_draft(src, st.init->bindings, i);
-    if (!rendered) return proposed(self, {});
-    if (!executor) executor = svc.executor_for(rendered->endpoint, rendered->body);
-    if (!executor) return proposed(self, {});
     auto exec = std::make_shared<Exec>();
-    exec->endpoint = rendered->endpoint;
-    exec->body = std::move(rendered->body);
+    exec->endpoint = first->endpoint;
+    exec->body = dsl::draft_sample(*first, i).body;
     exec->kind = engines::RequestKind::fill;
     exec->priority = svc.policy.fill_priority;
     exec->id = "dynrt-draft-" + std::to_string(st.branch->id()) + "-" + std::to_string(i);
@@ -400,9 +404,7 @@ behavior branch_actor(Self self, BranchInitPtr init) {
           const auto setup = svc.time->now() - st.started;
           st.branch->propose({}, setup);
           st.drafts->cancel();
-          if (st.gated_open)
-            self->send(svc.pricing, setup_atom::value, st.branch->id(),
-                       static_cast<std::int64_t>(setup.count()), st.draft_engine_ms);
+          if (st.gated_open) charge_setup(self, setup);
         }
         const auto res = st.branch->resolve(outcome, selection);
         st.note.outcome = res.outcome;

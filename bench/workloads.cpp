@@ -182,14 +182,14 @@ Workload react(const dsl::TemplateGraph& g, const WorkloadOptions& o) {
         // passage (the first hop has none, so it drafts nothing).
         const std::size_t last = visited.back();
         const dsl::Bindings vars = {{"question", r.input}, {"passage", w.corpus[last]["text"]}};
-        for (int i = 0; i < std::max(1, drafted->candidates.samples); ++i) {
-          const auto body = dsl::render_draft(drafted->candidates, vars, i);
-          if (!body) break;
+        const auto first = dsl::render_draft(drafted->candidates, vars, 0);
+        for (int i = 0; first && i < std::max(1, drafted->candidates.samples); ++i) {
           const double x = u(draws);
           std::size_t named = current;
           if (x >= kDrafterAccuracy * o.predictability)
             named = u(draws) < 0.7 ? links[last][draws() % 3] : draws() % kEntities;
-          w.script.add_exact(body->body, "Search[" + entity_name(named) + "]");
+          w.script.add_exact(dsl::draft_sample(*first, i).body,
+                             "Search[" + entity_name(named) + "]");
         }
       }
       visited.push_back(current);

@@ -562,12 +562,17 @@ Expected<RenderedRequest> render_draft(const CandidateSource& source, const Bind
   stage.params = source.params;
   stage.request = source.request;
   auto rendered = render_stage(stage, vars);
-  if (!rendered || !rendered->body.is_object()) return rendered;
-  const auto given = rendered->body.find("seed");
+  if (!rendered) return rendered;
+  return draft_sample(std::move(*rendered), index);
+}
+
+RenderedRequest draft_sample(RenderedRequest first, int index) {
+  if (!first.body.is_object()) return first;
+  const auto given = first.body.find("seed");
   const std::int64_t seed0 =
-      given != rendered->body.end() && given->is_number_integer() ? given->get<std::int64_t>() : 0;
-  rendered->body["seed"] = seed0 + index;
-  return rendered;
+      given != first.body.end() && given->is_number_integer() ? given->get<std::int64_t>() : 0;
+  first.body["seed"] = seed0 + index;
+  return first;
 }
 
 }  // namespace dynrt::dsl

@@ -108,5 +108,8 @@ std::vector<std::string> extract_candidates(const CandidateSource& source,
 // the same input draws the same ones.
 Expected<RenderedRequest> render_draft(const CandidateSource& source, const Bindings& vars,
                                        int index);
+// Sample `index` of the draft whose sample 0 is `first` (render_draft's, at index 0): the same
+// request, its seed moved on by `index`. Renders nothing, so a branch renders its draft once.
+RenderedRequest draft_sample(RenderedRequest first, int index);
 
 }  // namespace dynrt::dsl
