@@ -139,6 +139,12 @@ class Engine {
   virtual RequestHandle submit(EngineRequest request, std::shared_ptr<ResponseSink> sink) = 0;
   // Idempotent; unknown and finished handles are ignored.
   virtual void cancel(RequestHandle handle) = 0;
+  // Moves a request still waiting in the engine's queue up to `priority` (lower is served
+  // first); among requests of that priority it keeps its place by arrival. True when it did.
+  // False for a request already running, finished or unknown, and from an engine that cannot
+  // re-queue: vLLM, SGLang and llama.cpp let no client change a queued request's priority, so
+  // an engine behind HTTP always answers false. Never blocks.
+  virtual bool promote(RequestHandle /*handle*/, int /*priority*/) { return false; }
   virtual LoadSnapshot load() const = 0;
   virtual std::string name() const = 0;
   // The models it serves as its GET /v1/models lists them (a JSON array of objects, each with a

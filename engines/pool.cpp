@@ -250,6 +250,19 @@ void EnginePool::cancel(RequestHandle handle) {
   engine->cancel(inner);
 }
 
+bool EnginePool::promote(RequestHandle handle, int priority) {
+  std::shared_ptr<Engine> engine;
+  RequestHandle inner = 0;
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = live_.find(handle);
+    if (it == live_.end() || it->second->cancelled || it->second->inner == 0) return false;
+    engine = replicas_[it->second->replica];
+    inner = it->second->inner;
+  }
+  return engine->promote(inner, priority);
+}
+
 LoadSnapshot EnginePool::load() const {
   LoadSnapshot out;
   int concurrency = 0;

@@ -93,6 +93,17 @@ void SimEngine::cancel(RequestHandle handle) {
   wake_.notify_one();
 }
 
+bool SimEngine::promote(RequestHandle handle, int priority) {
+  {
+    std::lock_guard lock(mutex_);
+    const auto owner = owner_.find(handle);
+    if (owner == owner_.end() || !sinks_.count(handle)) return false;
+    if (!models_[owner->second].promote(handle, priority)) return false;
+  }
+  wake_.notify_one();  // the new head of the queue may fit now
+  return true;
+}
+
 LoadSnapshot SimEngine::load() const {
   std::lock_guard lock(mutex_);
   LoadSnapshot s;

@@ -50,6 +50,7 @@ class SimEngine final : public Engine {
 
   RequestHandle submit(EngineRequest request, std::shared_ptr<ResponseSink> sink) override;
   void cancel(RequestHandle handle) override;
+  bool promote(RequestHandle handle, int priority) override;
   LoadSnapshot load() const override;
   std::string name() const override { return options_.name; }
 

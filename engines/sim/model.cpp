@@ -78,7 +78,10 @@ void SimModel::release(Req& r, SimTime now) {
   kv_reserved_ -= r.kv_need;
   kv_in_use_ -= r.gen.prompt_tokens + static_cast<std::int64_t>(r.generated);
   counters_.busy += now - r.admitted;
-  if (r.request.priority > 0) counters_.background_busy += now - r.admitted;
+  // A fill promoted to canonical priority is still speculative work; over HTTP the priority is
+  // all the engine learns of a request's kind.
+  if (r.request.priority > 0 || r.request.kind == RequestKind::fill)
+    counters_.background_busy += now - r.admitted;
   decoding_.erase(r.handle);
   std::erase(joining_, r.handle);
   std::erase(prefilling_, r.handle);
@@ -91,6 +94,22 @@ void SimModel::release(Req& r, SimTime now) {
       }
     }
   }
+}
+
+bool SimModel::promote(RequestHandle handle, int priority) {
+  const auto it = requests_.find(handle);
+  if (it == requests_.end()) return false;
+  Req& r = it->second;
+  if ((r.phase != Phase::queued && r.phase != Phase::arriving) || priority >= r.request.priority)
+    return false;
+  forget(r);  // it may become canonical (priority 0): counted again below
+  if (r.phase == Phase::queued) {
+    queue_.erase(QueueKey{r.request.priority, r.seq});
+    queue_.emplace(QueueKey{priority, r.seq}, handle);
+  }
+  r.request.priority = priority;
+  if (r.request.priority <= 0) ++canonical_;
+  return true;
 }
 
 void SimModel::cancel(RequestHandle handle, SimTime now) {

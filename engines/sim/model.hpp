@@ -30,7 +30,8 @@
 //     multiplied by `interference_scale`, so a test can make the truth differ from the model
 //     the admission price curves believe.
 //   - Streaming: a chunk every `chunk_tokens` tokens (and the role chunk at the first token).
-//   - Cancellation frees the slot and the KV at once.
+//   - Cancellation frees the slot and the KV at once. A queued request may be promoted to a
+//     lower priority (a fill a canonical call now waits for); an admitted one keeps its slot.
 // Counters: busy time (slot time of every admitted request) and wasted time (the slot time of
 // requests cancelled after admission). Single-threaded.
 #pragma once
@@ -86,7 +87,7 @@ struct SimCounters {
   std::uint64_t generated_tokens = 0;
   std::uint64_t steps = 0;
   Duration busy{0};             // slot time of admitted requests
-  Duration background_busy{0};  // ... of those with a priority above 0 (dynrt's fills)
+  Duration background_busy{0};  // ... of dynrt's fills (a priority above 0, or kind fill)
   Duration wasted{0};           // slot time of requests cancelled after admission
 };
 
@@ -102,6 +103,9 @@ class SimModel {
   // Frees the request's slot and KV at once, at the model's time (the last event processed;
   // a caller whose clock runs ahead advances first); an error event (cancelled) follows.
   void cancel(RequestHandle handle, SimTime now);
+  // Re-queues a request not yet admitted at `priority`, when that is lower than its own (it
+  // keeps its arrival order); true when it did (Engine::promote).
+  bool promote(RequestHandle handle, int priority);
 
   // The time of the next event, if any work is pending.
   std::optional<SimTime> next_event() const;

@@ -23,6 +23,10 @@ class FakeEngine final : public Engine {
     held[h] = {std::move(request), std::move(sink)};
     return h;
   }
+  bool promote(RequestHandle h, int priority) override {
+    promoted.emplace_back(h, priority);
+    return held.count(h) > 0;
+  }
   void cancel(RequestHandle h) override {
     cancelled.push_back(h);
     if (const auto it = held.find(h); it != held.end()) {
@@ -65,6 +69,7 @@ class FakeEngine final : public Engine {
   LoadSnapshot snapshot;
   std::map<RequestHandle, std::pair<EngineRequest, std::shared_ptr<ResponseSink>>> held;
   std::vector<RequestHandle> cancelled;
+  std::vector<std::pair<RequestHandle, int>> promoted;
 
  private:
   std::string name_;
@@ -273,6 +278,20 @@ TEST_F(PoolTest, CancelReachesTheReplicaThatHoldsTheRequestAfterAFailover) {
   EXPECT_EQ(sink->errors[0].kind, ErrorKind::cancelled);
   pool->cancel(handles.back());  // finished: ignored
   EXPECT_EQ(b->cancelled.size(), 1u);
+}
+
+TEST_F(PoolTest, PromoteReachesTheReplicaThatHoldsTheRequest) {
+  a->snapshot = busy(5);
+  b->snapshot = busy(0);
+  send(RequestKind::fill);
+  ASSERT_EQ(b->holding(), 1u);
+  EXPECT_TRUE(pool->promote(handles.back(), 0));
+  ASSERT_EQ(b->promoted.size(), 1u);
+  EXPECT_EQ(b->promoted[0].second, 0);
+  EXPECT_TRUE(a->promoted.empty());
+  b->complete();
+  EXPECT_FALSE(pool->promote(handles.back(), 0));  // finished: nothing to move
+  EXPECT_EQ(b->promoted.size(), 1u);
 }
 
 TEST_F(PoolTest, LoadIsTheSumOfTheReplicas) {

@@ -298,6 +298,45 @@ TEST(SimModel, LowerPriorityValuesAreAdmittedFirst) {
   EXPECT_LT(run.done_ms(3), run.done_ms(2));
 }
 
+// A queued fill promoted to priority 0 goes before canonical requests that arrived after it,
+// counts as canonical from then on, and is still a fill's work in the counters; a request
+// already admitted, or one asked to go lower, is left as it is.
+TEST(SimModel, APromotedQueuedRequestKeepsItsArrivalAmongItsNewPriority) {
+  SimParams p;
+  p.slots = 1;
+  Sim run(p);
+  run.model.submit(1, chat("busy", 5, false, RequestKind::fill, 10), at_ms(0));
+  run.until(0);  // admitted
+  run.model.submit(2, chat("fill", 5, false, RequestKind::fill, 10), at_ms(0));
+  run.model.submit(3, chat("canonical", 5), at_ms(0));
+  EXPECT_EQ(run.model.canonical_in_flight(), 1);
+  EXPECT_FALSE(run.model.promote(1, 0));   // admitted: it keeps its slot
+  EXPECT_FALSE(run.model.promote(2, 10));  // not lower than its own
+  EXPECT_FALSE(run.model.promote(9, 0));   // unknown
+  EXPECT_TRUE(run.model.promote(2, 0));
+  EXPECT_EQ(run.model.canonical_in_flight(), 2);
+  run.all();
+  EXPECT_LT(run.done_ms(2), run.done_ms(3));
+  EXPECT_EQ(run.model.canonical_in_flight(), 0);
+  EXPECT_NEAR(in_ms(run.model.counters().background_busy),
+              in_ms(run.completion(1)->result.engine_time) +
+                  in_ms(run.completion(2)->result.engine_time),
+              1e-6);
+}
+
+// Submitted ahead of the model's time, a request is promoted before it even arrives.
+TEST(SimModel, ARequestNotYetArrivedCanBePromoted) {
+  SimParams p;
+  p.slots = 1;
+  Sim run(p);
+  run.model.submit(1, chat("busy", 5), at_ms(0));
+  run.model.submit(2, chat("fill", 5, false, RequestKind::fill, 10), at_ms(1));
+  run.model.submit(3, chat("canonical", 5), at_ms(2));
+  EXPECT_TRUE(run.model.promote(2, 0));
+  run.all();
+  EXPECT_LT(run.done_ms(2), run.done_ms(3));
+}
+
 // Chunked prefill with nothing decoding: the prompt runs in steps of at most N tokens, each
 // lasting prefill_base_ms plus its tokens' prefill; decoding starts the step after the last.
 TEST(SimModel, ChunkedPrefillRunsThePromptInStepsOfAtMostNTokens) {
