@@ -21,6 +21,8 @@ struct FillState {
   // ends (a cancel, its branch's or the graph's exit), so no fill outlives its actor on the
   // engine.
   std::shared_ptr<Cancellation> cancel = std::make_shared<Cancellation>();
+  // Raises its engine requests to canonical priority once a call waits for its result.
+  std::shared_ptr<Promotion> promotion;
   // Engine time of requests that ended without a result (failed, or cancelled while running):
   // no engine reports it, so it is the wall time on the graph's clock from the request's start,
   // as a URL engine's own engine time is.
@@ -75,8 +77,11 @@ void carry_out(Self self, FillEffects fx) {
             exec->endpoint = std::move(e.endpoint);
             exec->body = std::move(e.body);
             exec->kind = engines::RequestKind::fill;
-            // An emitted winner's fill runs as the canonical call it anticipates would (0).
-            exec->priority = init->emitted ? 0 : svc.policy.fill_priority;
+            // An emitted winner's fill runs as the canonical call it anticipates would (0), and
+            // so does one a call already waits for.
+            const auto& promotion = self->state.promotion;
+            exec->priority = init->emitted || promotion->promoted() ? 0 : svc.policy.fill_priority;
+            exec->promotion = promotion;
             exec->id = "dynrt-fill-" + std::to_string(init->id) + "-" +
                        std::to_string(self->state.chain->step());
             exec->tenant = init->caller.tenant;
@@ -124,6 +129,9 @@ behavior fill_actor(Self self, FillInitPtr init) {
   auto& st = self->state;
   st.init = init;
   const auto& svc = *init->services;
+  // Aliasing: the count keeps the counters alive as long as a request may still promote.
+  st.promotion = std::make_shared<Promotion>(
+      std::shared_ptr<std::atomic<std::uint64_t>>(svc.counters, &svc.counters->fills_requeued));
   st.chain = std::make_unique<FillChain>(
       FillChain::Config{init->id, init->branch, init->graph, init->chain, init->bindings,
                         init->producers, svc.policy, init->caller, init->run});
@@ -137,6 +145,12 @@ behavior fill_actor(Self self, FillInitPtr init) {
   return {
       [=](kickoff_atom) { carry_out(self, self->state.chain->start()); },
       [=](fcancel_atom) { carry_out(self, self->state.chain->cancel()); },
+      [=](promote_atom) {
+        auto& promotion = *self->state.promotion;
+        if (promotion.promoted()) return;
+        ++self->state.init->services->counters->fills_promoted;
+        promotion.promote();
+      },
       [=](engdone_atom, std::uint64_t tag, const ExecResultPtr& r) {
         auto& s = self->state;
         if (s.executing_since && tag == s.chain->tag()) {

@@ -97,6 +97,7 @@ using explain_atom = caf::atom_constant<caf::atom("explain")>;  // root, workflo
 using fstored_atom = caf::atom_constant<caf::atom("fstored")>;  // fill -> branch
 using fdone_atom = caf::atom_constant<caf::atom("fdone")>;      // fill -> branch
 using fcancel_atom = caf::atom_constant<caf::atom("fcancel")>;  // branch -> fill
+using promote_atom = caf::atom_constant<caf::atom("promote")>;  // workflow -> fill: awaited
 using emitted_atom = caf::atom_constant<caf::atom("emitted")>;  // watch -> workflow -> branch
 using waitend_atom = caf::atom_constant<caf::atom("waitend")>;  // workflow: a wait's bound
 using idle_atom = caf::atom_constant<caf::atom("idle")>;        // workflow <-> root: idle check
@@ -115,7 +116,7 @@ struct Counters {
       fills_completed{0}, fills_failed{0}, fills_cancelled{0}, fills_consumed{0}, shadows_stored{0},
       shadows_discarded{0}, writes{0}, workflows_live{0}, coalesced{0}, runs_evicted{0},
       runs_expired{0}, fills_running{0}, runs_refused{0}, emissions{0}, fills_outrun{0},
-      fills_emitted{0}, draft_samples{0};
+      fills_emitted{0}, draft_samples{0}, fills_promoted{0}, fills_requeued{0};
   std::atomic<std::uint64_t> next_id{1};  // branch and fill ids, unique in the process
   // Engine time: of results served without execution, of fills nobody consumed, and (part of
   // the latter) of fill requests that ended without a result (failed, or cancelled midway).
@@ -230,6 +231,7 @@ struct Exec {
   std::shared_ptr<ReplySink> answer_to;  // pass-through: the final answer goes here directly
   std::shared_ptr<ReplySink> call;       // the call it runs for (a client's cancel aborts it)
   std::shared_ptr<Cancellation> cancel;  // speculative work: its owner's end aborts it
+  std::shared_ptr<Promotion> promotion;  // a fill: raised to canonical priority when awaited
   // A deciding stage's run: reads the selection from the decode as it is emitted (the request
   // then asks its engine for progress when it does not stream).
   std::shared_ptr<EmissionWatch> watch;

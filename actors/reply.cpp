@@ -121,6 +121,38 @@ void Cancellation::cancel() {
     f();
 }
 
+void Promotion::add(std::function<bool()> promoter) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!promoted_) {
+      promoters_.push_back(std::move(promoter));
+      return;
+    }
+  }
+  run(promoter);  // promoted before the engine had the request
+}
+
+void Promotion::promote() {
+  std::vector<std::function<bool()>> now;
+  {
+    std::lock_guard lock(mutex_);
+    if (promoted_) return;
+    promoted_ = true;
+    now.swap(promoters_);
+  }
+  for (const auto& f : now)
+    run(f);
+}
+
+bool Promotion::promoted() const {
+  std::lock_guard lock(mutex_);
+  return promoted_;
+}
+
+void Promotion::run(const std::function<bool()>& promoter) {
+  if (promoter() && requeued_) ++*requeued_;
+}
+
 bool ReplySink::answered() const {
   std::lock_guard lock(mutex_);
   return answered_;

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace dynrt::actors {
@@ -76,6 +77,28 @@ class Cancellation {
   std::mutex mutex_;
   bool cancelled_ = false;
   std::vector<std::function<void()>> cancellers_;
+};
+
+// How to raise a fill's engine requests to canonical priority once a canonical call waits for
+// its result: a demand must not queue behind every canonical arrival for work it now needs.
+// The engine actor adds a promoter per request it submits (true when the engine re-queued it,
+// Engine::promote); promote() runs those added and any added later at once, and counts the
+// requests re-queued in `requeued`. Thread-safe.
+class Promotion {
+ public:
+  explicit Promotion(std::shared_ptr<std::atomic<std::uint64_t>> requeued = nullptr)
+      : requeued_(std::move(requeued)) {}
+  void add(std::function<bool()> promoter);
+  void promote();  // idempotent
+  bool promoted() const;
+
+ private:
+  void run(const std::function<bool()>& promoter);
+
+  std::shared_ptr<std::atomic<std::uint64_t>> requeued_;
+  mutable std::mutex mutex_;
+  bool promoted_ = false;
+  std::vector<std::function<bool()>> promoters_;
 };
 
 // The SSE data payloads a live engine would have streamed for `body` (a complete chat or

@@ -151,10 +151,12 @@ struct RuntimeStats {
   std::uint64_t fills_failed = 0;
   std::uint64_t fills_cancelled = 0;
   std::uint64_t fills_consumed = 0;
-  std::uint64_t emissions = 0;      // selections read from a decode before it ended
-  std::uint64_t fills_outrun = 0;   // ... and the other candidates' fills they stopped then
-  std::uint64_t fills_emitted = 0;  // ... and the winners' fills they started then
-  std::uint64_t draft_samples = 0;  // drafter samples sent (branches Action 0 opened)
+  std::uint64_t emissions = 0;       // selections read from a decode before it ended
+  std::uint64_t fills_outrun = 0;    // ... and the other candidates' fills they stopped then
+  std::uint64_t fills_emitted = 0;   // ... and the winners' fills they started then
+  std::uint64_t draft_samples = 0;   // drafter samples sent (branches Action 0 opened)
+  std::uint64_t fills_promoted = 0;  // fills a call came to wait for: raised to priority 0
+  std::uint64_t fills_requeued = 0;  // ... engine requests of theirs moved up the queue then
   std::uint64_t shadows_stored = 0;
   std::uint64_t shadows_discarded = 0;
   double engine_ms_saved = 0;   // engine time of results served without execution

@@ -218,6 +218,8 @@ behavior engine_actor(event_based_actor* self, std::shared_ptr<engines::Engine> 
           exec->call->set_canceller([engine, handle] { engine->cancel(handle); });
         if (exec->cancel && handle != 0)
           exec->cancel->add([engine, handle] { engine->cancel(handle); });
+        if (exec->promotion && handle != 0)
+          exec->promotion->add([engine, handle] { return engine->promote(handle, 0); });
         return handle;
       },
       [=](abort_atom, std::uint64_t handle) {

@@ -28,6 +28,13 @@ struct WorkflowState {
   // Aborts a demand's own execution (a hedged demand its fill answered first), by demand id,
   // until the execution ends.
   std::unordered_map<std::uint64_t, std::shared_ptr<Cancellation>> executions;
+  // The fill actors computing a stage result of this run, by fill id, while any result they
+  // announced has not ended (a chain announces its next stage before the last one ends).
+  struct FillActor {
+    caf::actor actor;
+    int announced = 0;
+  };
+  std::unordered_map<std::uint64_t, FillActor> fills;
   std::uint64_t received = 0;
   bool retiring = false;  // out of the root's table: answer what is in flight, then end
   static inline const char* name = "dynrt.workflow";
@@ -236,6 +243,9 @@ void carry_out(Self self, DemandEffects fx) {
             if (auto it = st.executions.find(e.id); it != st.executions.end()) it->second->cancel();
           } else if constexpr (std::is_same_v<E, rd::Unload>) {
             self->send(svc.pricing, canon_atom::value, std::int32_t{-1});
+          } else if constexpr (std::is_same_v<E, rd::Promote>) {
+            if (auto it = st.fills.find(e.fill); it != st.fills.end())
+              self->send(it->second.actor, promote_atom::value);
           } else if constexpr (std::is_same_v<E, rd::Store>) {
             auto event = [id = e.id](DemandFlow* f, std::optional<csl::InsertResult> r) {
               return f->stored(id, r);
@@ -335,15 +345,22 @@ behavior workflow_actor(Self self, WorkflowInit init) {
       },
       [=](std::uint64_t) {},  // an engine handle (canonical requests are not cancelled here)
       [=](announce_atom, const Hash128& name, std::uint64_t fill, const FillRenderPtr& render) {
-        if (render && self->state.journal) self->state.journal->rendered(*render);
-        carry_out(self, self->state.flow->fill_started(name, fill));
+        auto& s = self->state;
+        if (render && s.journal) s.journal->rendered(*render);
+        auto& f = s.fills[fill];
+        f.actor = actor_cast<actor>(self->current_sender());
+        ++f.announced;
+        carry_out(self, s.flow->fill_started(name, fill));
       },
       [=](bnote_atom, const BranchNotePtr& note) {
         if (self->state.journal) self->state.journal->branch(*note);
       },
       [=](explain_atom) { return explanation(self, true); },
       [=](fend_atom, const Hash128& name, std::uint64_t fill, bool stored) {
-        carry_out(self, self->state.flow->fill_ended(name, fill, stored));
+        auto& s = self->state;
+        if (auto it = s.fills.find(fill); it != s.fills.end() && --it->second.announced <= 0)
+          s.fills.erase(it);
+        carry_out(self, s.flow->fill_ended(name, fill, stored));
       },
       [=](emitted_atom, std::uint64_t decision, const std::string& selection, bool decoding) {
         auto& s = self->state;

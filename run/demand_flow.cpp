@@ -77,8 +77,9 @@ DemandEffects DemandFlow::served(DemandId id, const std::optional<ServeReply>& r
   }
   const auto f = fills_.find(p.name);
   if (may_wait && config_.policy.fills && f != fills_.end()) {
-    // Its fill is running: wait for it, within the decision's bound.
+    // Its fill is running: wait for it, within the decision's bound, at canonical priority.
     f->second.waiters.push_back(id);
+    if (!std::exchange(f->second.promoted, true)) fx.push_back(Promote{f->second.fill});
     p.waited_fill = true;
     ++tally_.waits;
     wait(id, p, wait_of(run_.graph(), stage_of(p)), fx);

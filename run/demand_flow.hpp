@@ -7,7 +7,8 @@
 // One demand goes:
 //
 //   start ──► probe the library ──hit──────────────────────────────────────► answer (fill/cache)
-//     │            │miss, its fill running ──► wait (bounded) ──fill ended─► probe again (no wait)
+//     │            │miss, its fill running ──► wait (bounded; the fill is promoted to canonical
+//     │            │                                priority) ──fill ended─► probe again (no wait)
 //     │            │                                │fill failed ─► execute
 //     │            │                                └deadline ─► execute, still waiting (hedged):
 //     │            │                                   the first of the two answers, the other
@@ -76,6 +77,11 @@ struct Execute {
 };
 // A canonical request ended on a model engine: the pricing actor's count goes down.
 struct Unload {};
+// A demand now waits for this fill: raise its engine requests to canonical priority, so that a
+// fill still queued at fill priority does not hold the call behind every canonical arrival.
+struct Promote {
+  std::uint64_t fill = 0;
+};
 // Abort the demand's own execution: the fill it still waited for answered it first. Its end
 // still comes to DemandFlow::executed (as a cancellation, or a result that is dropped).
 struct Cancel {
@@ -140,10 +146,10 @@ struct Cost {
 
 }  // namespace demand
 
-using DemandEffect =
-    std::variant<demand::Probe, demand::Claim, demand::Execute, demand::Unload, demand::Cancel,
-                 demand::Store, demand::Land, demand::Leave, demand::Write, demand::Answer,
-                 demand::Branches, demand::Demanded, demand::Credit, demand::ArmWait, demand::Cost>;
+using DemandEffect = std::variant<demand::Probe, demand::Claim, demand::Execute, demand::Unload,
+                                  demand::Promote, demand::Cancel, demand::Store, demand::Land,
+                                  demand::Leave, demand::Write, demand::Answer, demand::Branches,
+                                  demand::Demanded, demand::Credit, demand::ArmWait, demand::Cost>;
 using DemandEffects = std::vector<DemandEffect>;
 
 // What the flow counted since the last take_tally().
@@ -232,6 +238,7 @@ class DemandFlow {
   struct FillInFlight {
     std::uint64_t fill = 0;
     std::vector<DemandId> waiters;
+    bool promoted = false;  // a Promote went out for it
   };
 
   const dsl::Stage& stage_of(const Pending& p) const;

@@ -129,6 +129,7 @@ struct Observed {
   double cancelled_while_decoding = 0;  // losers of branches whose decider ran on the engine
   double emitting_deciders = 0;         // routers that decoded on the engine
   double waited = 0;
+  double promoted = 0;  // fills waited for: a turn's handler and executor wait for one chain
   double router_ms = 0, waited_ms = 0;
   double entry_bytes = 0;  // bodies of run 1's results no write touched (router, handle)
 };
@@ -142,16 +143,21 @@ Observed observe(const Scenario& s) {
   }
   for (const auto& j : s.journals) {
     const auto& calls = j["calls"];
+    std::set<int> turns_waited;
+    int turn = 0;
     for (const auto& c : calls) {
+      if (c["stage"] == "router") ++turn;
       if (c.contains("waited_for_fill_ms")) {
         ++o.waited;
         o.waited_ms += c["waited_for_fill_ms"].get<double>();
+        turns_waited.insert(turn);
       }
       if (c["stage"] == "router" && c["served"] == "engine") {
         ++o.emitting_deciders;
         o.router_ms += c["latency_ms"].get<double>();
       }
     }
+    o.promoted += static_cast<double>(turns_waited.size());
     for (const auto& b : j["branches"]) {
       ++o.branches;
       if (!b["candidates"].empty()) ++o.proposed;
@@ -177,6 +183,7 @@ TEST(Metrics, EveryMetricHasItsValueInAScriptedScenario) {
   ASSERT_EQ(s->journals.size(), 2u);
   ASSERT_GE(s->replies.size(), 14u);
   const auto o = observe(*s);
+  EXPECT_GT(o.promoted, 0) << "the scenario waits for fills";
   const auto stats = s->runtime->stats();
   std::map<std::string, double> got;
   for (const auto& m : metrics(stats))
@@ -203,6 +210,8 @@ TEST(Metrics, EveryMetricHasItsValueInAScriptedScenario) {
       {"dynrt_fills_cancelled_on_emission_total", o.cancelled_while_decoding},
       {"dynrt_fills_started_on_emission_total", 0},  // `always` had admitted every winner
       {"dynrt_draft_samples_total", 0},              // Routing's candidates are a static list
+      {"dynrt_fills_promoted_total", o.promoted},
+      {"dynrt_fill_requests_requeued_total", 0},  // 64 slots: no request ever queued
       {"dynrt_engine_drafting_seconds_total", 0},
       {"dynrt_fills_failed_total", o.failed},
       {"dynrt_fills_completed_total", o.done},

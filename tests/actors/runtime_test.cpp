@@ -75,9 +75,9 @@ TEST(Runtime, ToolCallsRunOnTheToolEngine) {
   EXPECT_EQ(json::parse(r.body)["key"], "corpus:Entity1");
 }
 
-// A routing template whose handler is drafted by `small` with `drafter` (extra keys of the
-// candidates).
-std::string drafted_yaml(const std::string& drafter) {
+// A routing template whose handler's candidates come from `candidates` (the keys of the
+// decision's `candidates` block, indented).
+std::string decided_yaml(const std::string& candidates) {
   return R"(version: 1
 workflow: drafted
 inputs:
@@ -103,15 +103,18 @@ decisions:
   handler:
     promotion: exclusive
     candidates:
-      source: drafter
-      model: small
-)" + drafter +
-         R"(
-      request:
-        messages: [{role: user, content: "Guess the handler for {{query}}"}]
-    selection:
+)" + candidates +
+         R"(    selection:
       regex: 'HANDLER:\s*(\w+)'
 )";
+}
+
+// ... drafted by `small` with `drafter` (extra keys of the candidates).
+std::string drafted_yaml(const std::string& drafter) {
+  return decided_yaml("      source: drafter\n      model: small\n" + drafter + R"(
+      request:
+        messages: [{role: user, content: "Guess the handler for {{query}}"}]
+)");
 }
 
 std::string hmm(int words) {
@@ -230,6 +233,63 @@ TEST(Runtime, TheDraftersTimeBoxStopsTheSamplesStillRunning) {
   EXPECT_EQ((*rt)->stats().draft_samples, 4u);
   EXPECT_EQ(engine->counters().cancelled, 1u) << "the long sample was stopped at the time box";
   EXPECT_EQ((*rt)->stats().fills_issued, 1u) << "the three that answered named sms";
+  (*rt)->shutdown();
+  engine->drain();
+}
+
+// A demand that comes to wait for its fill while the fill is still queued at fill priority
+// promotes it: the fill goes before canonical calls that arrived after it, where it would
+// otherwise wait behind every one of them. One decode slot, in simulated time:
+//   router (decoding) | the fill queued | other 1, other 2 queued | router ends: other 1 runs
+//   | the handler's call waits for the fill, which moves ahead of other 2.
+TEST(Runtime, ACallWaitingForAQueuedFillPromotesItAheadOfLaterCalls) {
+  engines::sim::Script script;
+  script.add_contains("route me", hmm(300) + "HANDLER: email");
+  script.add_contains("other", hmm(400));
+  engines::sim::SimEngineOptions eo;
+  eo.stepped = true;
+  engines::sim::SimParams one_slot;
+  one_slot.slots = 1;
+  auto engine = std::make_shared<engines::sim::SimEngine>(one_slot, script, eo);
+  auto time = std::make_shared<ManualTime>();
+  bench::SimWorld world(time, engine);
+  RuntimeConfig cfg;
+  cfg.engines.push_back({"sim", engine, {}});
+  cfg.decode_slots = 64;  // priced as a large engine: the gate admits the fill at once
+  cfg.template_texts = {
+      {"decided.yaml", decided_yaml("      source: static\n      values: [email]\n")}};
+  cfg.stepped = true;
+  cfg.time = time;
+  auto rt = Runtime::create(cfg);
+  ASSERT_TRUE(rt.ok()) << rt.error().message;
+  world.attach(rt->get());
+  auto call = [&](const json& body, Tags tags, std::optional<Reply>& into, double& at) {
+    (*rt)->complete({"/v1/chat/completions", body, std::move(tags)},
+                    ReplyCallbacks{nullptr,
+                                   [&into, &at, &world](Reply r) {
+                                     into = std::move(r);
+                                     at = world.now_s();
+                                   },
+                                   nullptr});
+  };
+  std::optional<Reply> router, other1, other2, handle;
+  double router_s = 0, other1_s = 0, other2_s = 0, handle_s = 0;
+  call(drafted_call(400, "route me"), {"drafted", "d1", "router"}, router, router_s);
+  ASSERT_TRUE(world.run_until([&] { return (*rt)->stats().fills_issued == 1; }));
+  call(drafted_call(100, "other 1"), {}, other1, other1_s);
+  call(drafted_call(100, "other 2"), {}, other2, other2_s);
+  ASSERT_TRUE(world.run_until([&] { return router.has_value(); }));
+  ASSERT_TRUE(router->ok());
+  EXPECT_EQ((*rt)->stats().fills_promoted, 0u);
+  call(drafted_call(32, "email: route me"), {"drafted", "d1", "handle"}, handle, handle_s);
+  ASSERT_TRUE(world.run_until([&] { return handle && other1 && other2; }));
+  EXPECT_EQ(handle->served, Served::fill);
+  EXPECT_LT(other1_s, handle_s) << "other 1 had the slot when the call came";
+  EXPECT_LT(handle_s, other2_s) << "the promoted fill went before other 2";
+  const auto st = (*rt)->stats();
+  EXPECT_EQ(st.waits, 1u);
+  EXPECT_EQ(st.fills_promoted, 1u);
+  EXPECT_EQ(st.fills_requeued, 1u);
   (*rt)->shutdown();
   engine->drain();
 }

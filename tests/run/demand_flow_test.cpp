@@ -199,6 +199,34 @@ TEST_F(DemandFlowRouting, AMissWhoseFillRunsWaitsWithinTheBoundThenPromotesWitho
   EXPECT_TRUE(flow->wait_over(1, w.wait).empty());
 }
 
+// A fill still queued at fill priority would hold the demand behind every canonical arrival:
+// the first demand to wait promotes it, once.
+TEST_F(DemandFlowRouting, TheFirstDemandToWaitForAFillPromotesIt) {
+  route_to_email();
+  const auto name = name_of(handle);
+  flow->fill_started(name, 42);
+  start(1, handle);
+  auto fx = flow->served(1, ServeReply{});
+  EXPECT_EQ(only<demand::Promote>(fx).fill, 42u);
+  EXPECT_TRUE(has<demand::ArmWait>(fx));
+  start(2, handle);
+  fx = flow->served(2, ServeReply{});
+  EXPECT_TRUE(has<demand::ArmWait>(fx));
+  EXPECT_FALSE(has<demand::Promote>(fx));  // promoted already
+  // A newer fill of the same name is another engine request: its first waiter promotes it.
+  flow->fill_ended(name, 42, false);
+  flow->fill_started(name, 43);
+  start(3, handle);
+  EXPECT_EQ(only<demand::Promote>(flow->served(3, ServeReply{})).fill, 43u);
+}
+
+// A miss with no fill running has nothing to promote.
+TEST_F(DemandFlowRouting, AMissWithNoFillRunningPromotesNothing) {
+  route_to_email();
+  start(1, handle);
+  EXPECT_FALSE(has<demand::Promote>(flow->served(1, ServeReply{})));
+}
+
 TEST_F(DemandFlowRouting, TheWaitedTimeIsWhatTheManualClockSays) {
   route_to_email(7);
   const auto name = name_of(handle);
