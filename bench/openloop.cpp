@@ -594,6 +594,7 @@ CellResult run_cell(const CellContext& cx) {
   res.waits = static_cast<double>(st.waits) * per;
   res.wait_timeouts = static_cast<double>(st.wait_timeouts) * per;
   res.hedge_fills = static_cast<double>(st.hedge_fills) * per;
+  res.requeued = static_cast<double>(st.fills_requeued) * per;
   res.fills_outrun = static_cast<double>(st.fills_outrun) * per;
   res.draft_samples = static_cast<double>(st.draft_samples) * per;
   res.drafting_engine_s = st.engine_ms_drafting / 1000.0 * per;
@@ -692,6 +693,7 @@ json CellResult::to_json() const {
           {"waits_per_request", waits},
           {"wait_timeouts_per_request", wait_timeouts},
           {"hedge_fills_per_request", hedge_fills},
+          {"requeued_per_request", requeued},
           {"gate_open_share", gate_open_share},
           {"gate_audit_share", gate_audit_share},
           {"window_over_downstream", window_over_downstream},

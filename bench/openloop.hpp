@@ -90,6 +90,7 @@ struct CellResult {
   double waits = 0;                 // demands that waited for their in-flight fill, per request
   double wait_timeouts = 0;         // ... and ran on the engine after the template's wait_ms
   double hedge_fills = 0;           // ... and were answered by their fill all the same
+  double requeued = 0;              // fill requests moved up the engine's queue for a waiter
   double fills_outrun = 0;          // fills stopped when their decider emitted another selection
   double draft_samples = 0;         // drafter samples sent, per request
   double drafting_engine_s = 0;     // ... and their engine time (simulated seconds)

@@ -266,6 +266,7 @@ json SweepRecord::to_json() const {
             {"waits", cell.waits},
             {"wait_timeouts", cell.wait_timeouts},
             {"hedge_fills", cell.hedge_fills},
+            {"requeued", cell.requeued},
             {"fills_outrun", cell.fills_outrun},
             {"draft_samples", cell.draft_samples},
             {"drafting_engine_s", cell.drafting_engine_s},
