@@ -436,11 +436,14 @@ behavior branch_actor(Self self, BranchInitPtr init) {
             }
           return;
         }
-        // The winner has no fill (Action 1 did not admit it) and the decode goes on: start one
-        // now, at p = 1, for the call the caller is about to make. Only in a branch Action 0
-        // opened, and not while Action 1's first answer is still out (its fills are not known).
+        // The winner has no fill (Action 1 did not admit it, or no candidate named it) and the
+        // decode goes on: start one now, at p = 1, for the call the caller is about to make.
+        // Only in a branch Action 0 opened, and not while Action 1's first answer is still out
+        // (its fills are not known).
         if (!st.gated_open || !st.answered || st.branch->phase() != branch::Phase::filling) return;
-        const auto rank = st.branch->uncovered(selection);
+        auto rank = st.branch->uncovered(selection);
+        if (!rank && (rank = st.branch->adopt(selection)))
+          st.note.candidates.push_back({selection, 0, std::nullopt, FillStatus::running});
         if (!rank) return;
         auto req = admit_request(self);
         req->emitted = *rank;

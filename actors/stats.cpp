@@ -34,7 +34,7 @@ constexpr std::array kCounters = {
     CounterSpec{&Counters::fills_cancelled, &RuntimeStats::fills_cancelled, "dynrt_fills_cancelled_total", "Fills aborted (losers, unusable selections)."},
     CounterSpec{&Counters::emissions, &RuntimeStats::emissions, "dynrt_selections_emitted_total", "Selections read from a deciding stage's decode before it ended (resolve on emission)."},
     CounterSpec{&Counters::fills_outrun, &RuntimeStats::fills_outrun, "dynrt_fills_cancelled_on_emission_total", "Fills of other candidates stopped when the decider emitted its selection (also counted as cancelled)."},
-    CounterSpec{&Counters::fills_emitted, &RuntimeStats::fills_emitted, "dynrt_fills_started_on_emission_total", "Fills of an emitted selection that Action 1 had not admitted, started when the decider emitted it (also counted as issued)."},
+    CounterSpec{&Counters::fills_emitted, &RuntimeStats::fills_emitted, "dynrt_fills_started_on_emission_total", "Fills of an emitted selection that Action 1 had not admitted, or that no candidate named, started when the decider emitted it (also counted as issued)."},
     CounterSpec{&Counters::draft_samples, &RuntimeStats::draft_samples, "dynrt_draft_samples_total", "Drafter samples sent to an engine, for branches the generation gate opened."},
     CounterSpec{&Counters::fills_promoted, &RuntimeStats::fills_promoted, "dynrt_fills_promoted_total", "Fills a call came to wait for, raised to canonical priority from then on."},
     CounterSpec{&Counters::fills_requeued, &RuntimeStats::fills_requeued, "dynrt_fill_requests_requeued_total", "Engine requests of promoted fills that were still queued and moved up the engine's queue (engines that can re-queue: the simulated one)."},

@@ -135,6 +135,15 @@ std::optional<std::size_t> BranchState::uncovered(const std::string& selection) 
   return rank;
 }
 
+std::optional<std::size_t> BranchState::adopt(const std::string& selection) {
+  if (phase_ != Phase::filling || !emitted_ || *emitted_ != selection || selection.empty())
+    return std::nullopt;
+  if (std::find(candidates_.begin(), candidates_.end(), selection) != candidates_.end())
+    return std::nullopt;
+  candidates_.push_back(selection);
+  return candidates_.size() - 1;
+}
+
 Resolution BranchState::resolve(Outcome outcome, std::string selection) {
   Resolution r;
   if (phase_ == Phase::resolved || phase_ == Phase::settled || outcome == Outcome::pending ||

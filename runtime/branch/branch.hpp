@@ -125,6 +125,12 @@ class BranchState {
   // The rank of the candidate named `selection` when no fill of it is running or done: an
   // emitted winner that may still be filled. nullopt otherwise, or when no candidate names it.
   std::optional<std::size_t> uncovered(const std::string& selection) const;
+  // ... and when no candidate names it: the emitted selection becomes a candidate after the
+  // predicted ones (which keep their ranks), so that its fill may start before the decider's
+  // output ends. Its rank; nullopt unless the branch is filling and `selection` is the one
+  // emitted, named by no candidate. The predictor is still judged on the ranks it proposed
+  // (Feedback::proposed), where this one is not.
+  std::optional<std::size_t> adopt(const std::string& selection);
 
   Resolution resolve(Outcome outcome, std::string selection);
   // The selected downstream stage was demanded: served from this branch's fill or not.

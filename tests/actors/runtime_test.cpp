@@ -194,6 +194,52 @@ TEST(Runtime, DrafterSamplesCarryTheirOwnSeeds) {
   EXPECT_EQ(fills, 1u);
 }
 
+// A stepped runtime and engine on one simulated clock (bench::SimWorld) serving one template;
+// calls are made with call() and answered into the slots it is given.
+struct Stepped {
+  std::shared_ptr<engines::sim::SimEngine> engine;
+  std::shared_ptr<ManualTime> time = std::make_shared<ManualTime>();
+  std::unique_ptr<bench::SimWorld> world;
+  std::unique_ptr<Runtime> runtime;
+
+  Stepped(const engines::sim::Script& script, const std::string& yaml,
+          engines::sim::SimParams params = {}, int decode_slots = 0) {
+    engines::sim::SimEngineOptions eo;
+    eo.stepped = true;
+    engine = std::make_shared<engines::sim::SimEngine>(params, script, eo);
+    world = std::make_unique<bench::SimWorld>(time, engine);
+    RuntimeConfig cfg;
+    cfg.engines.push_back({"sim", engine, {}});
+    cfg.decode_slots = decode_slots;
+    cfg.template_texts = {{"drafted.yaml", yaml}};
+    cfg.stepped = true;
+    cfg.time = time;
+    auto rt = Runtime::create(cfg);
+    EXPECT_TRUE(rt.ok()) << rt.error().message;
+    if (!rt.ok()) return;
+    runtime = std::move(*rt);
+    world->attach(runtime.get());
+  }
+  ~Stepped() {
+    if (runtime) runtime->shutdown();
+    engine->drain();
+  }
+  // A chat call for `stage` of run d1 (untagged when `stage` is empty); its answer goes to
+  // `into`, and the simulated time it came at to `at`.
+  void call(const json& body, const std::string& stage, std::optional<Reply>& into,
+            double* at = nullptr) {
+    const Tags tags = stage.empty() ? Tags{} : Tags{"drafted", "d1", stage};
+    runtime->complete({"/v1/chat/completions", body, tags},
+                      ReplyCallbacks{nullptr,
+                                     [this, &into, at](Reply r) {
+                                       into = std::move(r);
+                                       if (at) *at = world->now_s();
+                                     },
+                                     nullptr});
+  }
+  bool until(const std::function<bool()>& done) { return world->run_until(done); }
+};
+
 // The drafter's time box ranks the samples that answered and stops the others: a sample still
 // decoding then is of no use. In simulated time, so the box and the decodes are exact.
 TEST(Runtime, TheDraftersTimeBoxStopsTheSamplesStillRunning) {
@@ -208,33 +254,17 @@ TEST(Runtime, TheDraftersTimeBoxStopsTheSamplesStillRunning) {
           json::array({{{"role", "user"}, {"content", "Guess the handler for route me"}}})}},
         seed == 3 ? hmm(3000) + "HANDLER: email" : "HANDLER: sms");
   script.add_contains("route me", hmm(300) + "HANDLER: sms");
-  engines::sim::SimEngineOptions eo;
-  eo.stepped = true;
-  auto engine = std::make_shared<engines::sim::SimEngine>(engines::sim::SimParams{}, script, eo);
-  auto time = std::make_shared<ManualTime>();
-  bench::SimWorld world(time, engine);
-  RuntimeConfig cfg;
-  cfg.engines.push_back({"sim", engine, {}});
-  cfg.template_texts = {
-      {"drafted.yaml", drafted_yaml("      params: {temperature: 1, max_tokens: 4000}\n"
-                                    "      samples: 4\n      max: 1\n      timeout_ms: 2000")}};
-  cfg.stepped = true;
-  cfg.time = time;
-  auto rt = Runtime::create(cfg);
-  ASSERT_TRUE(rt.ok()) << rt.error().message;
-  world.attach(rt->get());
+  Stepped sim(script, drafted_yaml("      params: {temperature: 1, max_tokens: 4000}\n"
+                                   "      samples: 4\n      max: 1\n      timeout_ms: 2000"));
+  ASSERT_NE(sim.runtime, nullptr);
   std::optional<Reply> router;
-  (*rt)->complete(
-      {"/v1/chat/completions", drafted_call(400, "route me"), {"drafted", "d1", "router"}},
-      ReplyCallbacks{nullptr, [&](Reply r) { router = std::move(r); }, nullptr});
-  ASSERT_TRUE(world.run_until([&] { return router.has_value(); }));
+  sim.call(drafted_call(400, "route me"), "router", router);
+  ASSERT_TRUE(sim.until([&] { return router.has_value(); }));
   ASSERT_TRUE(router->ok());
-  EXPECT_GT(world.now_s(), 2.0) << "the router decoded past the drafter's time box";
-  EXPECT_EQ((*rt)->stats().draft_samples, 4u);
-  EXPECT_EQ(engine->counters().cancelled, 1u) << "the long sample was stopped at the time box";
-  EXPECT_EQ((*rt)->stats().fills_issued, 1u) << "the three that answered named sms";
-  (*rt)->shutdown();
-  engine->drain();
+  EXPECT_GT(sim.world->now_s(), 2.0) << "the router decoded past the drafter's time box";
+  EXPECT_EQ(sim.runtime->stats().draft_samples, 4u);
+  EXPECT_EQ(sim.engine->counters().cancelled, 1u) << "the long sample was stopped at the box";
+  EXPECT_EQ(sim.runtime->stats().fills_issued, 1u) << "the three that answered named sms";
 }
 
 // A demand that comes to wait for its fill while the fill is still queued at fill priority
@@ -246,52 +276,55 @@ TEST(Runtime, ACallWaitingForAQueuedFillPromotesItAheadOfLaterCalls) {
   engines::sim::Script script;
   script.add_contains("route me", hmm(300) + "HANDLER: email");
   script.add_contains("other", hmm(400));
-  engines::sim::SimEngineOptions eo;
-  eo.stepped = true;
   engines::sim::SimParams one_slot;
   one_slot.slots = 1;
-  auto engine = std::make_shared<engines::sim::SimEngine>(one_slot, script, eo);
-  auto time = std::make_shared<ManualTime>();
-  bench::SimWorld world(time, engine);
-  RuntimeConfig cfg;
-  cfg.engines.push_back({"sim", engine, {}});
-  cfg.decode_slots = 64;  // priced as a large engine: the gate admits the fill at once
-  cfg.template_texts = {
-      {"decided.yaml", decided_yaml("      source: static\n      values: [email]\n")}};
-  cfg.stepped = true;
-  cfg.time = time;
-  auto rt = Runtime::create(cfg);
-  ASSERT_TRUE(rt.ok()) << rt.error().message;
-  world.attach(rt->get());
-  auto call = [&](const json& body, Tags tags, std::optional<Reply>& into, double& at) {
-    (*rt)->complete({"/v1/chat/completions", body, std::move(tags)},
-                    ReplyCallbacks{nullptr,
-                                   [&into, &at, &world](Reply r) {
-                                     into = std::move(r);
-                                     at = world.now_s();
-                                   },
-                                   nullptr});
-  };
+  // Priced as a large engine (64 slots): the gate admits the fill at once.
+  Stepped sim(script, decided_yaml("      source: static\n      values: [email]\n"), one_slot, 64);
+  ASSERT_NE(sim.runtime, nullptr);
   std::optional<Reply> router, other1, other2, handle;
-  double router_s = 0, other1_s = 0, other2_s = 0, handle_s = 0;
-  call(drafted_call(400, "route me"), {"drafted", "d1", "router"}, router, router_s);
-  ASSERT_TRUE(world.run_until([&] { return (*rt)->stats().fills_issued == 1; }));
-  call(drafted_call(100, "other 1"), {}, other1, other1_s);
-  call(drafted_call(100, "other 2"), {}, other2, other2_s);
-  ASSERT_TRUE(world.run_until([&] { return router.has_value(); }));
+  double other1_s = 0, other2_s = 0, handle_s = 0;
+  sim.call(drafted_call(400, "route me"), "router", router);
+  ASSERT_TRUE(sim.until([&] { return sim.runtime->stats().fills_issued == 1; }));
+  sim.call(drafted_call(100, "other 1"), "", other1, &other1_s);
+  sim.call(drafted_call(100, "other 2"), "", other2, &other2_s);
+  ASSERT_TRUE(sim.until([&] { return router.has_value(); }));
   ASSERT_TRUE(router->ok());
-  EXPECT_EQ((*rt)->stats().fills_promoted, 0u);
-  call(drafted_call(32, "email: route me"), {"drafted", "d1", "handle"}, handle, handle_s);
-  ASSERT_TRUE(world.run_until([&] { return handle && other1 && other2; }));
+  EXPECT_EQ(sim.runtime->stats().fills_promoted, 0u);
+  sim.call(drafted_call(32, "email: route me"), "handle", handle, &handle_s);
+  ASSERT_TRUE(sim.until([&] { return handle && other1 && other2; }));
   EXPECT_EQ(handle->served, Served::fill);
   EXPECT_LT(other1_s, handle_s) << "other 1 had the slot when the call came";
   EXPECT_LT(handle_s, other2_s) << "the promoted fill went before other 2";
-  const auto st = (*rt)->stats();
+  const auto st = sim.runtime->stats();
   EXPECT_EQ(st.waits, 1u);
   EXPECT_EQ(st.fills_promoted, 1u);
   EXPECT_EQ(st.fills_requeued, 1u);
-  (*rt)->shutdown();
-  engine->drain();
+}
+
+// Resolve on emission for a selection the predictor missed: the router names sms, which no
+// candidate named, on its first line and decodes on; sms's fill starts then, at canonical
+// priority, and serves the handler's call. In simulated time.
+TEST(Runtime, AnEmittedSelectionNoCandidateNamedIsFilledWhileTheDeciderDecodes) {
+  engines::sim::Script script;
+  script.add_contains("route me", "HANDLER: sms\n" + hmm(300));
+  Stepped sim(script, decided_yaml("      source: static\n      values: [email]\n"));
+  ASSERT_NE(sim.runtime, nullptr);
+  std::optional<Reply> router, handle;
+  sim.call(drafted_call(400, "route me"), "router", router);
+  ASSERT_TRUE(sim.until([&] { return router.has_value(); }));
+  ASSERT_TRUE(router->ok());
+  const auto st = sim.runtime->stats();
+  EXPECT_EQ(st.emissions, 1u);
+  EXPECT_EQ(st.fills_outrun, 1u) << "email's fill stopped at the emission";
+  EXPECT_EQ(st.fills_emitted, 1u) << "sms's fill started then";
+  EXPECT_EQ(st.fills_issued, 2u);
+  sim.call(drafted_call(32, "sms: route me"), "handle", handle);
+  ASSERT_TRUE(sim.until([&] { return handle.has_value(); }));
+  EXPECT_EQ(handle->served, Served::fill);
+  engines::sim::SimEngine direct(engines::sim::SimParams{}, script, {0, "sim"});
+  EXPECT_EQ(handle->body,
+            bench::ask_engine(direct, "/v1/chat/completions", drafted_call(32, "sms: route me")))
+      << "the fill's answer is the engine's";
 }
 
 // One open-loop simulation of `runs` Routing runs on a stepped runtime and engine: every

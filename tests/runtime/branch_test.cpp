@@ -258,6 +258,44 @@ TEST(Branch, AnEmittedWinnerIsUncoveredUntilAFillOfItRunsOrEnded) {
   EXPECT_EQ(b.uncovered("tech"), std::nullopt) << "done";
 }
 
+// An emitted selection no candidate named is adopted as a candidate of its own, after the
+// predicted ones: its fill may start, and it wins when the whole output selects it. The
+// predictor proposed three candidates, and is judged on those.
+TEST(Branch, AnEmittedSelectionNoCandidateNamedIsAdoptedAfterThePredictedOnes) {
+  BranchState b(7, xxh3_128("decide"), true);
+  EXPECT_EQ(b.adopt("refunds"), std::nullopt) << "proposing: nothing to adopt into";
+  b.propose({"billing", "tech", "sales"}, milliseconds(1));
+  EXPECT_EQ(b.adopt("refunds"), std::nullopt) << "not emitted";
+  b.emitted("refunds");
+  EXPECT_EQ(b.adopt("tech"), std::nullopt) << "not the emitted selection";
+  ASSERT_EQ(b.adopt("refunds"), 3u);
+  EXPECT_EQ(b.adopt("refunds"), std::nullopt) << "a candidate now: uncovered() names it";
+  EXPECT_EQ(b.uncovered("refunds"), 3u);
+  EXPECT_FALSE(b.outrun(3));
+  EXPECT_TRUE(b.outrun(0));
+  b.admit(10, 3, 100);
+  b.stored(10, shadow(30));
+  const Resolution r = b.resolve(Outcome::selected, "refunds");
+  EXPECT_EQ(r.outcome, Outcome::selected);
+  ASSERT_NE(b.winner(), nullptr);
+  EXPECT_EQ(b.winner()->id, 10u);
+  b.finished(10, FillStatus::done, milliseconds(4));
+  b.demanded(true, 40, 0);
+  EXPECT_EQ(b.settle().proposed, 3u);
+}
+
+TEST(Branch, AnIndependentOrResolvedBranchAdoptsNothing) {
+  BranchState independent(7, xxh3_128("decide"), false);
+  independent.propose({"billing"}, milliseconds(1));
+  independent.emitted("refunds");
+  EXPECT_EQ(independent.adopt("refunds"), std::nullopt);
+  BranchState resolved(8, xxh3_128("decide"), true);
+  resolved.propose({"billing"}, milliseconds(1));
+  resolved.emitted("refunds");
+  resolved.resolve(Outcome::selected, "refunds");
+  EXPECT_EQ(resolved.adopt("refunds"), std::nullopt);
+}
+
 TEST(Branch, AnEmissionBeforeTheCandidatesMarksTheLosersToBe) {
   BranchState b(7, xxh3_128("decide"), true);
   EXPECT_TRUE(b.emitted("tech").empty());
