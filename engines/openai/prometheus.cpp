@@ -94,6 +94,34 @@ Gauge gauge(const std::vector<MetricSample>& samples, std::string_view name) {
   return g;
 }
 
+// A label's value as a positive number; vLLM writes "None" for what it has not sized.
+std::optional<double> count_label(const MetricSample& s, const std::string& label) {
+  const auto it = s.labels.find(label);
+  if (it == s.labels.end() || it->second.empty()) return std::nullopt;
+  double v = 0;
+  const auto* first = it->second.data();
+  const auto [end, ec] = std::from_chars(first, first + it->second.size(), v);
+  if (ec != std::errc() || end != first + it->second.size() || !(v > 0) || !std::isfinite(v))
+    return std::nullopt;
+  return v;
+}
+
+// vLLM's KV pool in tokens, from the labels of its `vllm:cache_config_info` info gauge (one
+// per engine core): `kv_cache_size_tokens` where it has it, else `num_gpu_blocks` times
+// `block_size`. 0 when no engine reports one.
+double vllm_kv_tokens(const std::vector<MetricSample>& samples) {
+  double total = 0;
+  for (const auto& s : samples) {
+    if (s.name != "vllm:cache_config_info") continue;
+    if (const auto tokens = count_label(s, "kv_cache_size_tokens")) {
+      total += *tokens;
+    } else if (const auto blocks = count_label(s, "num_gpu_blocks")) {
+      if (const auto size = count_label(s, "block_size")) total += *blocks * *size;
+    }
+  }
+  return total;
+}
+
 }  // namespace
 
 std::vector<MetricSample> parse_prometheus(std::string_view text, std::size_t* skipped) {
@@ -159,8 +187,10 @@ LoadSnapshot load_from_metrics(const std::vector<MetricSample>& samples, EngineF
       Gauge kv = gauge(samples, "vllm:kv_cache_usage_perc");
       if (!kv.found()) kv = gauge(samples, "vllm:gpu_cache_usage_perc");  // before v0.12
       if (kv.found()) {
-        s.kv_used = kv.mean();
-        s.kv_total = 1;
+        // A share of the pool; in tokens when the engine says how large its pool is.
+        const double tokens = vllm_kv_tokens(samples);
+        s.kv_total = tokens > 0 ? tokens : 1;
+        s.kv_used = kv.mean() * s.kv_total;
       }
       break;
     }

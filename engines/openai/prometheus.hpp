@@ -36,6 +36,8 @@ std::string_view to_string(EngineFlavor f);
 EngineFlavor detect_flavor(const std::vector<MetricSample>& samples);
 
 // The load the samples describe; valid is false when they hold none of the flavor's gauges.
+// KV: SGLang's tokens; vLLM's usage share, turned into tokens when its `vllm:cache_config_info`
+// says how large the pool is (else kv_total is 1 and kv_used the share).
 LoadSnapshot load_from_metrics(const std::vector<MetricSample>& samples, EngineFlavor flavor,
                                int slots_total);
 

@@ -50,6 +50,12 @@ std::string vllm_metrics(const SimEngine& engine, const std::string& model) {
          l.queued);
   metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
          l.kv_occupancy());
+  // vLLM's info gauge of its cache configuration: the pool's size is in its labels.
+  const auto pool = static_cast<std::int64_t>(l.kv_total);
+  out << "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+      << "# TYPE vllm:cache_config_info gauge\n"
+      << "vllm:cache_config_info{engine=\"0\",block_size=\"16\",num_gpu_blocks=\"" << pool / 16
+      << "\",kv_cache_size_tokens=\"" << pool << "\"} 1\n";
   metric("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
          static_cast<double>(c.prompt_tokens));
   metric("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",

@@ -76,6 +76,7 @@ assert text == "Paris is the capital of France.", text
 metrics = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
 assert 'vllm:num_requests_running{engine="0",model_name="sim"} 0' in metrics, metrics
 assert 'dynrt_sim:max_num_seqs{engine="0",model_name="sim"} 8' in metrics, metrics
+assert 'kv_cache_size_tokens="600000"} 1' in metrics, metrics  # vllm:cache_config_info
 PY
   then echo "ok   scripted answers over HTTP"; else echo "FAIL scripted answers over HTTP"; fails=$((fails + 1)); fi
 fi

@@ -85,6 +85,27 @@ TEST(Prometheus, VllmLoadSumsEnginesAndReadsEitherKvName) {
   EXPECT_NEAR(load_from_metrics(old, EngineFlavor::vllm, 8).kv_occupancy(), 0.25, 1e-12);
 }
 
+// vLLM exports only a share of its KV pool; its cache_config_info gives the pool's size, so
+// the share becomes tokens (summed over engine cores), as the pricing of a fill's KV needs.
+TEST(Prometheus, VllmKvPoolFromItsCacheConfigInfo) {
+  const auto two = parse_prometheus(
+      "vllm:num_requests_running{engine=\"0\"} 3\n"
+      "vllm:kv_cache_usage_perc{engine=\"0\"} 0.5\nvllm:kv_cache_usage_perc{engine=\"1\"} 0.3\n"
+      "vllm:cache_config_info{engine=\"0\",block_size=\"16\",num_gpu_blocks=\"661\","
+      "kv_cache_size_tokens=\"10576\"} 1\n"
+      "vllm:cache_config_info{engine=\"1\",block_size=\"16\",num_gpu_blocks=\"661\"} 1\n");
+  const LoadSnapshot l = load_from_metrics(two, EngineFlavor::vllm, 256);
+  EXPECT_EQ(l.kv_total, 10576 + 661 * 16);
+  EXPECT_NEAR(l.kv_occupancy(), 0.4, 1e-12);
+  // Before profiling, vLLM writes None: the share stands alone.
+  const auto unsized = parse_prometheus(
+      "vllm:num_requests_running 1\nvllm:kv_cache_usage_perc 0.25\n"
+      "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"None\"} 1\n");
+  const LoadSnapshot u = load_from_metrics(unsized, EngineFlavor::vllm, 8);
+  EXPECT_EQ(u.kv_total, 1);
+  EXPECT_NEAR(u.kv_used, 0.25, 1e-12);
+}
+
 TEST(Prometheus, SglangAndLlamaCpp) {
   const auto sg = parse_prometheus(
       "sglang:num_running_reqs{tp_rank=\"0\"} 4\nsglang:num_queue_reqs 1\n"
