@@ -318,10 +318,10 @@ TEST(SimModel, APromotedQueuedRequestKeepsItsArrivalAmongItsNewPriority) {
   run.all();
   EXPECT_LT(run.done_ms(2), run.done_ms(3));
   EXPECT_EQ(run.model.canonical_in_flight(), 0);
-  EXPECT_NEAR(in_ms(run.model.counters().background_busy),
-              in_ms(run.completion(1)->result.engine_time) +
-                  in_ms(run.completion(2)->result.engine_time),
-              1e-6);
+  EXPECT_NEAR(
+      in_ms(run.model.counters().background_busy),
+      in_ms(run.completion(1)->result.engine_time) + in_ms(run.completion(2)->result.engine_time),
+      1e-6);
 }
 
 // Submitted ahead of the model's time, a request is promoted before it even arrives.
