@@ -25,6 +25,7 @@
 #include <shared_mutex>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 namespace dynrt::actors {
 using GraphMap = std::map<std::string, GraphPtr>;  // by workflow name
@@ -450,21 +451,40 @@ class CallTable {
     calls_.emplace(id, sink);
   }
   void remove(CallId id) {
-    std::lock_guard lock(mutex_);
-    calls_.erase(id);
+    {
+      std::lock_guard lock(mutex_);
+      calls_.erase(id);
+    }
+    left_.notify_all();
   }
   std::shared_ptr<ReplySink> find(CallId id) {
     std::lock_guard lock(mutex_);
     const auto it = calls_.find(id);
     return it == calls_.end() ? nullptr : it->second.lock();
   }
-  std::unordered_map<CallId, std::weak_ptr<ReplySink>> take() {
-    std::lock_guard lock(mutex_);
-    return std::exchange(calls_, {});
+  // Shutdown: answers every call still here with `reply`, then waits, up to `bound`, for the
+  // calls whose sink another thread was destroying meanwhile (an engine thread dropping its
+  // last reference): the sink's destructor answers them, and they leave once it has.
+  void answer_all(const Reply& reply, std::chrono::milliseconds bound) {
+    std::vector<std::shared_ptr<ReplySink>> live;
+    {
+      std::lock_guard lock(mutex_);
+      for (const auto& [id, w] : calls_)
+        if (auto sink = w.lock()) live.push_back(std::move(sink));
+    }
+    for (const auto& sink : live) {
+      sink->cancel();  // a pass-through call's engine request, which no actor owns
+      sink->done(reply);
+    }
+    live.clear();
+    std::unique_lock lock(mutex_);
+    left_.wait_for(lock, bound, [&] { return calls_.empty(); });
+    calls_.clear();
   }
 
  private:
   std::mutex mutex_;
+  std::condition_variable left_;
   std::unordered_map<CallId, std::weak_ptr<ReplySink>> calls_;
 };
 
@@ -637,9 +657,11 @@ Runtime::~Runtime() {
 
 CallId Runtime::complete(Request request, ReplyCallbacks callbacks) {
   const CallId id = impl_->next_demand++;
+  // The call leaves the table once its callback has run, so shutdown() can wait for answers
+  // given on other threads.
   callbacks.on_done = [calls = impl_->calls, id, done = std::move(callbacks.on_done)](Reply r) {
-    calls->remove(id);
     if (done) done(std::move(r));
+    calls->remove(id);
   };
   // Every call's sink counts its own error answer, whichever path gives it (pass-through,
   // workflow, refusal, shutdown).
@@ -839,13 +861,10 @@ void Runtime::shutdown() {
   // Deadlines still armed post nothing into the system about to go.
   impl_->life_gate->close();
   if (impl_->own_time) impl_->own_time->stop();
-  // Calls whose answer was still to come from an engine get theirs now.
-  for (auto& [id, w] : impl_->calls->take())
-    if (auto s = w.lock()) {
-      s->cancel();  // a pass-through call's engine request, which no actor owns
-      s->done(
-          error_reply(503, "service_unavailable", "dynrt stopped before this call was answered"));
-    }
+  // Calls whose answer was still to come from an engine get theirs now, before this returns.
+  impl_->calls->answer_all(
+      error_reply(503, "service_unavailable", "dynrt stopped before this call was answered"),
+      std::chrono::seconds(5));
   impl_->system.reset();
 }
 
