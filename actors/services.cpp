@@ -218,8 +218,13 @@ behavior engine_actor(event_based_actor* self, std::shared_ptr<engines::Engine> 
           exec->call->set_canceller([engine, handle] { engine->cancel(handle); });
         if (exec->cancel && handle != 0)
           exec->cancel->add([engine, handle] { engine->cancel(handle); });
+        // Weak: the promotion lives as long as the request's sink, which the engine holds; a
+        // strong reference would keep the engine alive through its own in-flight requests.
         if (exec->promotion && handle != 0)
-          exec->promotion->add([engine, handle] { return engine->promote(handle, 0); });
+          exec->promotion->add([weak = std::weak_ptr<engines::Engine>(engine), handle] {
+            const auto e = weak.lock();
+            return e && e->promote(handle, 0);
+          });
         return handle;
       },
       [=](abort_atom, std::uint64_t handle) {
