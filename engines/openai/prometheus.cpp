@@ -1,6 +1,5 @@
 #include "engines/openai/prometheus.hpp"
 
-#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -97,12 +96,9 @@ Gauge gauge(const std::vector<MetricSample>& samples, std::string_view name) {
 // A label's value as a positive number; vLLM writes "None" for what it has not sized.
 std::optional<double> count_label(const MetricSample& s, const std::string& label) {
   const auto it = s.labels.find(label);
-  if (it == s.labels.end() || it->second.empty()) return std::nullopt;
-  double v = 0;
-  const auto* first = it->second.data();
-  const auto [end, ec] = std::from_chars(first, first + it->second.size(), v);
-  if (ec != std::errc() || end != first + it->second.size() || !(v > 0) || !std::isfinite(v))
-    return std::nullopt;
+  if (it == s.labels.end()) return std::nullopt;
+  const auto v = parse_value(it->second);
+  if (!v || !(*v > 0) || !std::isfinite(*v)) return std::nullopt;
   return v;
 }
 
