@@ -232,7 +232,8 @@ CellResult run_http_cell(const CellContext& cx, const HttpCellOptions& h) {
   scale << h.time_scale;
   interference << o.interference_scale;
   // The engine's capacity, in the configuration, as its operator would write it: no engine
-  // exports its slots or its compute knee (docs/engines.md).
+  // exports its slots, its compute knee or what a prompt token stalls its steps by
+  // (docs/engines.md).
   auto profile = engines::sim::sim_profile(o.profile);
   if (!profile) return fail(profile.error().message);
   engines::sim::SimEngineOptions so;
@@ -247,7 +248,9 @@ CellResult run_http_cell(const CellContext& cx, const HttpCellOptions& h) {
   if (!error.empty()) return fail(error);
   std::ofstream(dir / "serve.yaml")
       << "engines:\n  - url: " << engine.url() << "\n    max_num_seqs: " << capacity.slots_total
-      << "\n    concurrency: " << capacity.concurrency << "\n";
+      << "\n    concurrency: " << capacity.concurrency
+      << "\n    prefill_ms_per_token: " << capacity.prefill_ms_per_token
+      << "\n    batches: " << capacity.batches << "\n";
   std::vector<std::string> serve = {h.dynrt,
                                     "serve",
                                     o.templates,

@@ -25,6 +25,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -248,6 +249,24 @@ bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) 
                     << ": engine " << spec.url << ": max_num_seqs must be at least 1 and "
                     << "concurrency between 0 (unknown) and max_num_seqs; got " << spec.max_num_seqs
                     << " and " << spec.concurrency << "\n";
+          return false;
+        }
+        spec.prefill_ms_per_token = e["prefill_ms_per_token"].as<double>(0);
+        spec.batches = e["batches"].as<int>(1);
+        if (!std::isfinite(spec.prefill_ms_per_token) || spec.prefill_ms_per_token < 0 ||
+            spec.batches < 1 || spec.batches > spec.max_num_seqs) {
+          const bool bad_prefill =
+              !std::isfinite(spec.prefill_ms_per_token) || spec.prefill_ms_per_token < 0;
+          const auto at = bad_prefill ? e["prefill_ms_per_token"] : e["batches"];
+          const auto mark = at.Mark();
+          std::cerr << "dynrt serve: " << path << ":" << mark.line + 1 << ":" << mark.column + 1
+                    << ": engine " << spec.url << ": "
+                    << (bad_prefill ? "prefill_ms_per_token must be a number of milliseconds, 0 "
+                                      "(unknown) or more; got " +
+                                          e["prefill_ms_per_token"].as<std::string>()
+                                    : "batches must be between 1 and max_num_seqs; got " +
+                                          std::to_string(spec.batches))
+                    << "\n";
           return false;
         }
         spec.api_key = e["api_key"].as<std::string>("");

@@ -118,6 +118,14 @@ struct LoadSnapshot {
   // further request slows all the others (0: not known; slots_total stands). Admission prices
   // fills against this, not slots_total: a 1,024-slot worker may saturate at 100.
   int concurrency = 0;
+  // How much longer a decode step lasts per prompt token it carries, in ms: under chunked
+  // prefill (vLLM's and SGLang's default) a prompt is processed inside the decode steps, so
+  // every request decoding beside it waits this long per token (0: not known, or prefill does
+  // not stall decode). Admission prices a fill's prompt with it.
+  double prefill_ms_per_token = 0;
+  // The independent decode batches the capacities here are totals of (an engine's workers or
+  // data-parallel ranks): a prompt stalls only the batch it joins.
+  int batches = 1;
   double kv_used = 0;  // tokens (sim) or a fraction of kv_total (engines that export one)
   double kv_total = 0;
   int queued = 0;

@@ -42,6 +42,8 @@ Expected<std::shared_ptr<Engine>> make_openai_engine(const EngineSpec& e, bool p
     oo.base_url.resize(oo.base_url.size() - 3);
   oo.max_num_seqs = e.max_num_seqs;
   oo.concurrency = e.concurrency;
+  oo.prefill_ms_per_token = e.prefill_ms_per_token;
+  oo.batches = e.batches;
   oo.api_key = e.api_key;
   oo.name = e.url;
   const std::string& f = e.flavor;

@@ -23,7 +23,9 @@ struct EngineSpec {
   std::string flavor = "automatic";  // vllm, sglang, llamacpp, generic or automatic
   int max_num_seqs = 256;
   int concurrency = 0;  // requests it decodes at once before it is compute-bound; 0: unknown
-  std::string api_key;  // sent to the engine as a bearer token
+  double prefill_ms_per_token = 0;  // a step's added time per prompt token; 0: unknown
+  int batches = 1;                  // decode batches the capacities are totals of
+  std::string api_key;              // sent to the engine as a bearer token
 };
 
 // How every `sim` engine runs.

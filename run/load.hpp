@@ -24,6 +24,10 @@ struct Pressure {
   double kv = 0;  // the engines' KV pool in use, in [0, 1] (0 when none reports one)
   // The engines' KV pool in tokens, when they report one (else the configured size stands).
   std::optional<double> kv_tokens;
+  // A decode step's added time per prompt token it carries, the mean over the batches that
+  // report one (0: none does), and the independent decode batches the slots are spread over.
+  double prefill_ms_per_token = 0;
+  int batches = 1;
 };
 
 // `configured_slots` (0: from the snapshots), `canonical` (dynrt's own canonical requests in

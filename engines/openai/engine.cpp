@@ -276,6 +276,8 @@ OpenAiEngine::OpenAiEngine(OpenAiOptions options)
       loop_(std::make_unique<CurlLoop>(options_.max_connections)) {
   load_.slots_total = options_.max_num_seqs;
   load_.concurrency = options_.concurrency;
+  load_.prefill_ms_per_token = options_.prefill_ms_per_token;
+  load_.batches = options_.batches;
   if (options_.scrape_interval > Duration::zero()) {
     loop_->every(options_.scrape_interval, [this] { scrape(); });
   }
@@ -477,6 +479,8 @@ void OpenAiEngine::update_load(const std::string& metrics_text) {
       options_.flavor != EngineFlavor::automatic ? options_.flavor : detect_flavor(samples);
   LoadSnapshot s = load_from_metrics(samples, flavor, options_.max_num_seqs);
   s.concurrency = options_.concurrency;
+  s.prefill_ms_per_token = options_.prefill_ms_per_token;
+  s.batches = options_.batches;
   s.at = std::chrono::time_point_cast<Duration>(std::chrono::steady_clock::now());
   {
     std::lock_guard lock(mutex_);

@@ -58,6 +58,12 @@ struct OpenAiOptions {
   // slows all the others (LoadSnapshot::concurrency); no engine exports it, so it comes from
   // configuration; 0: unknown, max_num_seqs stands.
   int concurrency = 0;
+  // How much longer a decode step lasts per prompt token it carries, in ms
+  // (LoadSnapshot::prefill_ms_per_token); no engine exports it; 0: unknown, prompts unpriced.
+  double prefill_ms_per_token = 0;
+  // The decode batches behind the URL that the capacities above are totals of (data-parallel
+  // ranks, or a simulated engine's workers).
+  int batches = 1;
   Duration connect_timeout = std::chrono::seconds(5);
   Duration first_byte_timeout = std::chrono::seconds(120);
   Duration idle_timeout = std::chrono::seconds(60);

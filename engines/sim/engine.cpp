@@ -115,7 +115,9 @@ LoadSnapshot SimEngine::load() const {
     s.kv_used += w.kv_used;
     s.kv_total += w.kv_total;
     s.queued += w.queued;
+    s.prefill_ms_per_token = std::max(s.prefill_ms_per_token, w.prefill_ms_per_token);
   }
+  s.batches = static_cast<int>(models_.size());
   s.valid = true;
   s.at = TimePoint{} + sim_now_locked();
   return s;

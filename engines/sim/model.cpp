@@ -364,6 +364,8 @@ LoadSnapshot SimModel::load() const {
     s.concurrency =
         std::clamp(static_cast<int>(params_.decode_step_ms / params_.decode_compute_ms_per_token),
                    1, params_.slots);
+  // Without chunking a prompt is processed on its own timer and stalls no decode step.
+  if (chunked()) s.prefill_ms_per_token = params_.prefill_ms_per_token;
   s.kv_used = static_cast<double>(kv_in_use_);
   s.kv_total = static_cast<double>(params_.kv_tokens);
   s.queued = static_cast<int>(queue_.size());

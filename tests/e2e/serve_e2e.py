@@ -171,6 +171,16 @@ def main():
     check(knee.returncode != 0 and "knee.yaml:4:" in knee.stderr and "concurrency" in knee.stderr,
           "dynrt serve refuses a concurrency above max_num_seqs: %d %s" %
           (knee.returncode, knee.stderr[:200]))
+    # A negative prefill time and a zero batch count: refused, each at its key.
+    for name, body, key in (("prefill", "    prefill_ms_per_token: -0.2\n", "prefill_ms_per_token"),
+                            ("batches", "    batches: 0\n", "batches")):
+        with open(os.path.join(tmp, name + ".yaml"), "w") as f:
+            f.write("engines:\n  - url: %s\n    max_num_seqs: 64\n%s" % (url, body))
+        bad = subprocess.run([DYNRT, "serve", "templates", "--port", "0", "--config",
+                              os.path.join(tmp, name + ".yaml")], capture_output=True, text=True,
+                             timeout=30)
+        check(bad.returncode != 0 and (name + ".yaml:4:") in bad.stderr and key in bad.stderr,
+              "dynrt serve refuses a bad %s: %d %s" % (key, bad.returncode, bad.stderr[:200]))
     full, full_port = start([DYNRT, "serve"] + common + ["--header-timeout-ms", "1000"], r":(\d+) ")
     # The floor from a configuration file: both switches off.
     with open(os.path.join(tmp, "floor.yaml"), "w") as f:

@@ -284,10 +284,13 @@ TEST(OpenAiAdapter, CancellationFreesTheEngineSlot) {
 TEST(OpenAiAdapter, LoadComesFromTheEnginesMetrics) {
   SimBackend backend(/*time_scale=*/1000);
   auto o = options_for(backend.url());
-  o.concurrency = 40;  // configured: no engine exports it
+  o.concurrency = 40;            // configured: no engine exports it
+  o.prefill_ms_per_token = 0.2;  // nor this
+  o.batches = 2;
   OpenAiEngine adapter(o);
   EXPECT_FALSE(adapter.load().valid);
   EXPECT_EQ(adapter.load().concurrency, 40);
+  EXPECT_EQ(adapter.load().batches, 2);
   auto [s, f] = sink();
   auto first = s->first_chunk.get_future();
   const RequestHandle h = adapter.submit(chat("LONG", 3000, true), s);
@@ -299,6 +302,8 @@ TEST(OpenAiAdapter, LoadComesFromTheEnginesMetrics) {
   EXPECT_EQ(l.slots_busy, 1);
   EXPECT_EQ(l.slots_total, 64);
   EXPECT_EQ(l.concurrency, 40);  // kept across scrapes
+  EXPECT_DOUBLE_EQ(l.prefill_ms_per_token, 0.2);
+  EXPECT_EQ(l.batches, 2);
   EXPECT_EQ(l.queued, 0);
   EXPECT_GT(l.kv_used, 0);
   EXPECT_EQ(l.kv_total, 600'000) << "the pool's size, from vllm:cache_config_info";

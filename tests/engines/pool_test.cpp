@@ -314,6 +314,21 @@ TEST_F(PoolTest, LoadIsTheSumOfTheReplicas) {
   EXPECT_TRUE(pool->load().fills_blocked);
 }
 
+// Each replica batches on its own: the pool's batches add up, and a prompt token's stall is the
+// mean over the batches that report one (a fill lands on any of them).
+TEST_F(PoolTest, BatchesAddUpAndThePrefillStallIsTheirMean) {
+  a->snapshot = busy(0, 10);
+  b->snapshot = busy(0, 10);
+  EXPECT_EQ(pool->load().batches, 2);
+  EXPECT_EQ(pool->load().prefill_ms_per_token, 0);  // neither says
+  a->snapshot.batches = 3;
+  a->snapshot.prefill_ms_per_token = 0.2;
+  EXPECT_EQ(pool->load().batches, 4);
+  EXPECT_DOUBLE_EQ(pool->load().prefill_ms_per_token, 0.2);
+  b->snapshot.prefill_ms_per_token = 0.6;
+  EXPECT_DOUBLE_EQ(pool->load().prefill_ms_per_token, (3 * 0.2 + 0.6) / 4);
+}
+
 TEST(PoolLoad, SharesOfEnginesThatReportAFractionAreAveraged) {
   auto fa = std::make_shared<FakeEngine>("a");
   auto fb = std::make_shared<FakeEngine>("b");

@@ -741,7 +741,13 @@ TEST(SimProfiles, DeriveTheirPoolsAndRefuseUnknownNames) {
   o.stepped = true;
   o.workers = h200->workers;
   EXPECT_EQ(SimEngine(h200->params, {}, o).load().concurrency, 4 * 96);
-  EXPECT_EQ(SimEngine().load().concurrency, 0);  // the default profile has no floor
+  // Under chunked prefill a prompt token stalls its worker's decode steps by its prefill time;
+  // the four workers are four batches.
+  EXPECT_EQ(SimEngine(h200->params, {}, o).load().batches, 4);
+  EXPECT_DOUBLE_EQ(SimEngine(h200->params, {}, o).load().prefill_ms_per_token,
+                   h200->params.prefill_ms_per_token);
+  EXPECT_EQ(SimEngine().load().prefill_ms_per_token, 0);  // prefill beside decode: no stall
+  EXPECT_EQ(SimEngine().load().concurrency, 0);           // the default profile has no floor
   const auto unknown = sim_profile("a100");
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.error().message.find("h200x4-32b"), std::string::npos);

@@ -36,6 +36,25 @@ TEST(Load, AnEnginesComputeBoundBatchIsItsCapacity) {
   EXPECT_EQ(pressure_of({s}, 8, 0, 0).slots, 8);  // a configured count still wins
 }
 
+// A prompt token's stall is per batch: the mean over the batches that report one, and the
+// batches add up across engines (a pool of replicas, an engine's workers).
+TEST(Load, PrefillStallIsTheMeanOverTheBatchesThatReportIt) {
+  auto four = snapshot(0, 64, 0, 1);
+  four.batches = 4;
+  four.prefill_ms_per_token = 0.2;
+  auto one = snapshot(0, 64, 0, 1);
+  one.prefill_ms_per_token = 0.1;
+  auto silent = snapshot(0, 64, 0, 1);  // says nothing: one batch, no stall known
+  const auto p = pressure_of({four, one, silent}, 0, 0, 0);
+  EXPECT_EQ(p.batches, 6);
+  EXPECT_NEAR(p.prefill_ms_per_token, (4 * 0.2 + 0.1) / 5, 1e-12);
+  EXPECT_EQ(pressure_of({silent}, 0, 0, 0).prefill_ms_per_token, 0);
+  EXPECT_EQ(pressure_of({}, 0, 0, 0).batches, 1);
+  four.valid = false;  // not read yet: ignored
+  EXPECT_EQ(pressure_of({four, one}, 0, 0, 0).batches, 1);
+  EXPECT_DOUBLE_EQ(pressure_of({four, one}, 0, 0, 0).prefill_ms_per_token, 0.1);
+}
+
 TEST(Load, ConfiguredSlotsWin) {
   EXPECT_DOUBLE_EQ(pressure_of({snapshot(4, 16, 0, 1)}, 8, 0, 0).canonical, 0.5);
   EXPECT_EQ(pressure_of({snapshot(4, 16, 0, 1)}, 8, 0, 0).slots, 8);
