@@ -34,7 +34,8 @@ struct BranchActorState {
   // drafter sampling
   std::vector<std::string> votes;
   int samples_out = 0;
-  double draft_engine_ms = 0;  // engine time of the samples that answered
+  double draft_engine_ms = 0;      // engine time of the samples that answered
+  double draft_prompt_tokens = 0;  // ... and the prompt tokens they had prefilled
   bool proposed = false;
   bool answered = false;  // Action 1's first answer came (its fills are known)
   run::BranchNote note;   // what `dynrt explain` learns of it
@@ -189,7 +190,7 @@ void admit(Self self, std::shared_ptr<AdmitRequest> req) {
 void charge_setup(Self self, Duration setup) {
   const auto& st = self->state;
   self->send(st.init->services->pricing, setup_atom::value, st.branch->id(),
-             static_cast<std::int64_t>(setup.count()), st.draft_engine_ms);
+             static_cast<std::int64_t>(setup.count()), st.draft_engine_ms, st.draft_prompt_tokens);
 }
 
 // Asks Action 0 whether this branch is worth predicting and filling, and calls `on_open` if
@@ -353,6 +354,7 @@ behavior branch_actor(Self self, BranchInitPtr init) {
               std::chrono::duration_cast<std::chrono::microseconds>(r->result.engine_time).count();
           st.init->services->counters->drafting_us += us;
           st.draft_engine_ms += static_cast<double>(us) / 1000;
+          st.draft_prompt_tokens += static_cast<double>(r->result.usage.prompt_tokens);
         }
         if (st.proposed) return;
         if (r->ok) {

@@ -698,6 +698,7 @@ struct PricingState {
     // Otherwise the configured pool size (RuntimeConfig::kv_tokens) stands.
     if (p.kv_tokens) costs.set_kv_tokens(*p.kv_tokens);
     controller->set_decode_slots(p.slots);
+    controller->set_prefill(p.prefill_ms_per_token, p.batches);
     controller->observe_load(p.canonical, p.queued, p.kv);
   }
 
@@ -763,8 +764,10 @@ behavior pricing_actor(stateful_actor<PricingState>* self, PricingConfig config)
         s.publish();
         return out;
       },
-      [=](setup_atom, std::uint64_t branch, std::int64_t setup_ns, double draft_slot_ms) {
-        self->state.controller->charge_setup(branch, Duration(setup_ns), draft_slot_ms);
+      [=](setup_atom, std::uint64_t branch, std::int64_t setup_ns, double draft_slot_ms,
+          double draft_prompt_tokens) {
+        self->state.controller->charge_setup(branch, Duration(setup_ns), draft_slot_ms,
+                                             draft_prompt_tokens);
       },
       [=](learn_atom, const Resolution& r) {
         self->state.frequency.observe(r.coordinate, r.selection);
@@ -790,7 +793,7 @@ behavior pricing_actor(stateful_actor<PricingState>* self, PricingConfig config)
         self->state.controller->credit(branch, saved_ms);
       },
       [=](cost_atom, const run::CostSample& c) {
-        self->state.costs.observe(c.stage, c.engine_time, c.tokens);
+        self->state.costs.observe(c.stage, c.engine_time, c.tokens, c.prompt_tokens);
       },
       [=](canon_atom, std::int32_t delta) {
         self->state.canonical = std::max(0, self->state.canonical + delta);

@@ -84,11 +84,13 @@ csl::Insert insert_of(const Hash128& name, const engines::EngineResult& result, 
 struct CostSample {
   Hash128 stage;  // the stage's fingerprint
   Duration engine_time{0};
-  double tokens = 0;
+  double tokens = 0;  // prompt and completion
+  double prompt_tokens = 0;
 };
 inline CostSample cost_of(const dsl::Stage& stage, const engines::EngineResult& r) {
   return {stage.fingerprint, r.engine_time,
-          static_cast<double>(r.usage.prompt_tokens + r.usage.completion_tokens)};
+          static_cast<double>(r.usage.prompt_tokens + r.usage.completion_tokens),
+          static_cast<double>(r.usage.prompt_tokens)};
 }
 
 }  // namespace dynrt::run

@@ -344,10 +344,12 @@ double Controller::budget_reserve() const {
   return over * over * top_density_;
 }
 
-void Controller::charge_setup(BranchId branch, Duration setup, double draft_slot_ms) {
+void Controller::charge_setup(BranchId branch, Duration setup, double draft_slot_ms,
+                              double draft_prompt_tokens) {
   if (Branch* b = find(branch)) {
     double ms = std::chrono::duration<double, std::milli>(setup).count();
-    if (draft_slot_ms > 0) ms += curves_.cost(view(), Footprint{draft_slot_ms, 0});
+    if (draft_slot_ms > 0 || draft_prompt_tokens > 0)
+      ms += curves_.cost(view(), Footprint{draft_slot_ms, 0, draft_prompt_tokens});
     if (b->settled) {
       revise(branch, -ms);
     } else {

@@ -187,6 +187,9 @@ class Controller {
   // The engines' decode slots, read from their load: the price curves count the canonical
   // requests a fill slows as rho times this.
   void set_decode_slots(double slots) { curves_.set_decode_slots(slots); }
+  // What a prompt token stalls the engines' decode steps by, and over how many batches
+  // (PriceCurves::set_prefill).
+  void set_prefill(double ms_per_token, int batches) { curves_.set_prefill(ms_per_token, batches); }
 
   // -- a branch ------------------------------------------------------------------------------
   GenerationDecision open_branch(BranchId branch, const Hash128& coordinate);
@@ -200,9 +203,11 @@ class Controller {
   std::optional<FillChoice> admit_emitted(BranchId branch, const Candidate& candidate,
                                           TenantShare tenant = {});
   // Eq. 4's T_setup: the time from the branch's start to its candidates. `draft_slot_ms`, the
-  // engine time a drafter's samples took, is charged too, at the price the curves give it at
-  // the current load, as a fill's slot time is: at load, drafting delays canonical work.
-  void charge_setup(BranchId branch, Duration setup, double draft_slot_ms = 0);
+  // engine time a drafter's samples took, and `draft_prompt_tokens`, the prompt tokens they had
+  // the engine prefill, are charged too, at the price the curves give them at the current load,
+  // as a fill's are: at load, drafting delays canonical work.
+  void charge_setup(BranchId branch, Duration setup, double draft_slot_ms = 0,
+                    double draft_prompt_tokens = 0);
   // The branch resolved; selected_rank is the rank of the selected candidate among those
   // predicted, or nullopt if the selection was none of them. (An ambiguous selection should
   // not be reported: nothing is learned from it.)

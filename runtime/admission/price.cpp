@@ -27,12 +27,16 @@ Prices PriceCurves::at(const LoadView& v) const {
   // Per fill: its own stretch, plus the one-off sharing overhead spread over the fill budget.
   out.slot = canonical * (m.per_request + m.sharing_overhead / fill_slots_) / (1.0 - slot_use);
   out.kv = canonical * m.kv_marginal(share) / (1.0 - kv_use);
+  // The direct stall: every canonical request decoding in the batch the prompt joins waits for
+  // it. (Steepening it near capacity, as the slot price is, overpriced fills at moderate load:
+  // docs/benchmarks.md, "Prompts priced".)
+  out.prefill = canonical / p_.batches * p_.prefill_ms_per_token;
   return out;
 }
 
 double PriceCurves::cost(const LoadView& v, const Footprint& f) const {
   const Prices b = at(v);
-  return b.slot * f.slot_ms + b.kv * f.kv_share * f.slot_ms;
+  return b.slot * f.slot_ms + b.kv * f.kv_share * f.slot_ms + b.prefill * f.prompt_tokens;
 }
 
 LoadView PriceCurves::project(const LoadView& v, const Footprint& f) const {

@@ -394,6 +394,22 @@ TEST_F(ControllerTest, ADraftersEngineTimeIsChargedAtItsPrice) {
   EXPECT_LT(idle.prices().cost(idle.view(), {800, 0}), price);
 }
 
+// Under chunked prefill the samples' prompts stalled the canonical requests decoding beside
+// them: the prompt tokens are charged too, once the engines say what a prompt token costs.
+TEST_F(ControllerTest, ADraftersPromptsAreChargedAtThePrefillPrice) {
+  Controller ctl(clock_, config());
+  ctl.observe_load(0.6, 0.2);
+  ctl.set_prefill(0.15, 2);
+  const double decode = ctl.prices().cost(ctl.view(), Footprint{800, 0});
+  const double prompts = ctl.prices().cost(ctl.view(), Footprint{0, 0, 4000});
+  EXPECT_NEAR(prompts, 4000 * ctl.prices().at(ctl.view()).prefill, 1e-9);
+  ASSERT_GT(prompts, decode);  // eight samples of 500 tokens outweigh their decode here
+  ASSERT_TRUE(ctl.open_branch(7, kClass).open);
+  ctl.charge_setup(7, milliseconds(40), 800, 4000);
+  ctl.settle(7);
+  EXPECT_NEAR(*ctl.branch_return(7), -40 - decode - prompts, 1e-9);
+}
+
 // Runs `n` branches of a synthetic class: each opened branch admits what the gate allows and
 // pays `setup`; when `pays`, its selected top candidate is consumed and saves 2 s.
 struct Scenario {

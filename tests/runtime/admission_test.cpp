@@ -193,6 +193,32 @@ TEST(Prices, KvIsPricedAtTheEnginesOccupancy) {
   EXPECT_EQ(curves.project(LoadView{0, 0, 0.5}, Footprint{1000, 0.05}).engine_kv, 0);
 }
 
+// Under chunked prefill a fill's prompt stalls every request decoding in the batch it joins, by
+// its whole prefill time: the price is per prompt token, counted against the canonical requests
+// of one batch, and zero where the engines do not say what a prompt token costs.
+TEST(Prices, APromptStallsTheCanonicalRequestsOfItsBatch) {
+  PriceCurves curves;              // 64 slots
+  const LoadView half{0, 0, 0.5};  // 32 canonical requests
+  const Footprint decode{2000, 0.005};
+  Footprint prompted = decode;
+  prompted.prompt_tokens = 300;
+  EXPECT_EQ(curves.at(half).prefill, 0);
+  EXPECT_EQ(curves.cost(half, prompted), curves.cost(half, decode));  // unknown: unpriced
+  curves.set_prefill(0.157, 1);
+  EXPECT_NEAR(curves.at(half).prefill, 32 * 0.157, 1e-12);
+  EXPECT_NEAR(curves.cost(half, prompted) - curves.cost(half, decode), 300 * 32 * 0.157, 1e-9);
+  // Four batches: a prompt joins one of them, with a quarter of the canonical requests.
+  curves.set_prefill(0.157, 4);
+  EXPECT_NEAR(curves.at(half).prefill, 8 * 0.157, 1e-12);
+  // The direct stall, with no congestion factor: the same at any fill occupancy.
+  EXPECT_EQ(curves.at(LoadView{1.0, 0.9, 0.5}).prefill, curves.at(half).prefill);
+  EXPECT_EQ(curves.at(LoadView{0.5, 0.5, 0}).prefill, 0);  // nobody to stall
+  // Nonsense from an engine: no stall, at least one batch.
+  curves.set_prefill(-1, 0);
+  EXPECT_EQ(curves.params().prefill_ms_per_token, 0);
+  EXPECT_EQ(curves.params().batches, 1);
+}
+
 TEST(Prices, ProjectionAddsOneFillAndItsKv) {
   const PriceCurves curves;
   const LoadView v = curves.project(LoadView{0.25, 0.1, 0.4}, Footprint{1000, 0.05});
@@ -202,7 +228,8 @@ TEST(Prices, ProjectionAddsOneFillAndItsKv) {
 }
 
 RC_GTEST_PROP(Prices, AreMonotoneComponentwise, ()) {
-  const PriceCurves curves;
+  PriceCurves curves;
+  curves.set_prefill(*rc::gen::inRange(0, 1000) / 1000.0, *rc::gen::inRange(1, 9));
   const auto unit = [] { return *rc::gen::inRange(0, 1001) / 1000.0; };
   const LoadView a{unit(), unit(), unit(), unit()};
   LoadView b = a;
@@ -214,6 +241,7 @@ RC_GTEST_PROP(Prices, AreMonotoneComponentwise, ()) {
   const Prices pb = curves.at(b);
   RC_ASSERT(pb.slot >= pa.slot - 1e-12);
   RC_ASSERT(pb.kv >= pa.kv - 1e-12);
+  RC_ASSERT(pb.prefill >= pa.prefill - 1e-12);
 }
 
 // -- Eq. 6 and 7 --------------------------------------------------------------------------------

@@ -146,6 +146,27 @@ TEST(CostModel, FootprintHoldsASlotForTheWholeChain) {
   EXPECT_DOUBLE_EQ(f.slot_ms, m.gain_ms(std::vector<Hash128>{kRetrieve, kAnswer}));
 }
 
+// Every stage of a fill's chain has its prompt prefilled, so the footprint sums their prompt
+// tokens; an unseen stage counts the prior's.
+TEST(CostModel, FootprintPrefillsEveryStagesPrompt) {
+  CostModelConfig c = config();
+  c.prior_prompt_tokens = 250;
+  CostModel m(c);
+  m.observe(kRetrieve, milliseconds(200), 1000, 600);
+  m.observe(kAnswer, milliseconds(700), 3000, 2000);
+  EXPECT_DOUBLE_EQ(m.footprint(std::vector<Hash128>{kRetrieve, kAnswer}).prompt_tokens, 2600);
+  EXPECT_DOUBLE_EQ(m.footprint(std::vector<Hash128>{kRetrieve, kUnseen}).prompt_tokens, 850);
+  // An EWMA like the rest, with the configured memory (0.25).
+  m.observe(kRetrieve, milliseconds(200), 1000, 200);
+  EXPECT_DOUBLE_EQ(m.estimate(kRetrieve).prompt_tokens, 600 + 0.25 * (200 - 600));
+  // A negative or NaN count is ignored, the whole observation with it.
+  m.observe(kRetrieve, milliseconds(900), 1000, -5);
+  m.observe(kRetrieve, milliseconds(900), 1000, std::numeric_limits<double>::quiet_NaN());
+  EXPECT_DOUBLE_EQ(m.estimate(kRetrieve).prompt_tokens, 500);
+  EXPECT_DOUBLE_EQ(m.estimate(kRetrieve).engine_ms, 200);
+  EXPECT_EQ(m.estimate(kRetrieve).samples, 2u);
+}
+
 TEST(CostModel, KvShareIsTheLargestStagesTokensOverThePool) {
   CostModel m(config());  // kv_tokens 10'000
   m.observe(kRetrieve, milliseconds(200), 1000);
