@@ -111,14 +111,19 @@ engines::EngineSpec parse_engine_flag(const std::string& flag) {
   return e;
 }
 
+// A configuration error at node `at` of the file `path`, positioned as linters do; false.
+bool config_error(const std::string& path, const YAML::Node& at, const std::string& what) {
+  const auto mark = at.Mark();
+  std::cerr << "dynrt serve: " << path << ":" << mark.line + 1 << ":" << mark.column + 1 << ": "
+            << what << "\n";
+  return false;
+}
+
 // The HTTP tools under `tools:` (every key but `corpus` and `allow_hosts`), each checked
 // against `tools.allow_hosts`. Errors name the file, the position and the key.
 bool load_http_tools(const std::string& path, const YAML::Node& t, ServeOptions& o) {
   const auto fail = [&](const YAML::Node& at, const std::string& what) {
-    const auto mark = at.Mark();
-    std::cerr << "dynrt serve: " << path << ":" << mark.line + 1 << ":" << mark.column + 1 << ": "
-              << what << "\n";
-    return false;
+    return config_error(path, at, what);
   };
   std::vector<std::string> allow;
   if (const auto a = t["allow_hosts"]) {
@@ -225,13 +230,10 @@ bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) 
         spec.url = e["url"].as<std::string>("sim");
         if (const auto urls = e["urls"]) {
           // Replicas of one model: a pool (engines/pool.hpp).
-          if (!urls.IsSequence() || urls.size() == 0 || e["url"]) {
-            const auto mark = urls.Mark();
-            std::cerr << "dynrt serve: " << path << ":" << mark.line + 1 << ":" << mark.column + 1
-                      << ": engines: urls must be a non-empty list of the replicas' URLs, "
-                         "given instead of url\n";
-            return false;
-          }
+          if (!urls.IsSequence() || urls.size() == 0 || e["url"])
+            return config_error(path, urls,
+                                "engines: urls must be a non-empty list of the replicas' URLs, "
+                                "given instead of url");
           spec.url.clear();
           for (const auto& u : urls)
             spec.url += (spec.url.empty() ? "" : ",") + u.as<std::string>();
@@ -242,33 +244,27 @@ bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) 
         spec.flavor = e["flavor"].as<std::string>("automatic");
         spec.max_num_seqs = e["max_num_seqs"].as<int>(256);
         spec.concurrency = e["concurrency"].as<int>(0);
-        if (spec.max_num_seqs < 1 || spec.concurrency < 0 || spec.concurrency > spec.max_num_seqs) {
-          const auto at = spec.max_num_seqs < 1 ? e["max_num_seqs"] : e["concurrency"];
-          const auto mark = at.Mark();
-          std::cerr << "dynrt serve: " << path << ":" << mark.line + 1 << ":" << mark.column + 1
-                    << ": engine " << spec.url << ": max_num_seqs must be at least 1 and "
-                    << "concurrency between 0 (unknown) and max_num_seqs; got " << spec.max_num_seqs
-                    << " and " << spec.concurrency << "\n";
-          return false;
-        }
+        if (spec.max_num_seqs < 1 || spec.concurrency < 0 || spec.concurrency > spec.max_num_seqs)
+          return config_error(path, spec.max_num_seqs < 1 ? e["max_num_seqs"] : e["concurrency"],
+                              "engine " + spec.url +
+                                  ": max_num_seqs must be at least 1 and concurrency between 0 "
+                                  "(unknown) and max_num_seqs; got " +
+                                  std::to_string(spec.max_num_seqs) + " and " +
+                                  std::to_string(spec.concurrency));
         spec.prefill_ms_per_token = e["prefill_ms_per_token"].as<double>(0);
         spec.batches = e["batches"].as<int>(1);
-        if (!std::isfinite(spec.prefill_ms_per_token) || spec.prefill_ms_per_token < 0 ||
-            spec.batches < 1 || spec.batches > spec.max_num_seqs) {
-          const bool bad_prefill =
-              !std::isfinite(spec.prefill_ms_per_token) || spec.prefill_ms_per_token < 0;
-          const auto at = bad_prefill ? e["prefill_ms_per_token"] : e["batches"];
-          const auto mark = at.Mark();
-          std::cerr << "dynrt serve: " << path << ":" << mark.line + 1 << ":" << mark.column + 1
-                    << ": engine " << spec.url << ": "
-                    << (bad_prefill ? "prefill_ms_per_token must be a number of milliseconds, 0 "
-                                      "(unknown) or more; got " +
-                                          e["prefill_ms_per_token"].as<std::string>()
-                                    : "batches must be between 1 and max_num_seqs; got " +
-                                          std::to_string(spec.batches))
-                    << "\n";
-          return false;
-        }
+        if (!std::isfinite(spec.prefill_ms_per_token) || spec.prefill_ms_per_token < 0)
+          return config_error(
+              path, e["prefill_ms_per_token"],
+              "engine " + spec.url +
+                  ": prefill_ms_per_token must be a number of milliseconds, 0 (unknown) "
+                  "or more; got " +
+                  e["prefill_ms_per_token"].as<std::string>());
+        if (spec.batches < 1 || spec.batches > spec.max_num_seqs)
+          return config_error(path, e["batches"],
+                              "engine " + spec.url +
+                                  ": batches must be between 1 and max_num_seqs; got " +
+                                  std::to_string(spec.batches));
         spec.api_key = e["api_key"].as<std::string>("");
         o.engines.push_back(spec);
       }

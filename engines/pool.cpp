@@ -1,5 +1,7 @@
 #include "engines/pool.hpp"
 
+#include "engines/prefill.hpp"
+
 #include <algorithm>
 #include <tuple>
 
@@ -267,8 +269,9 @@ LoadSnapshot EnginePool::load() const {
   LoadSnapshot out;
   int concurrency = 0;
   bool any_concurrency = false, all_tokens = true, all_blocked = true;
-  double kv_used = 0, kv_total = 0, kv_share = 0, prefill_ms = 0;
-  int kv_reporting = 0, batches = 0, prefill_batches = 0;
+  double kv_used = 0, kv_total = 0, kv_share = 0;
+  int kv_reporting = 0;
+  PrefillStall prefill;
   std::vector<bool> fills_open(replicas_.size(), true);
   {
     std::lock_guard lock(mutex_);
@@ -286,11 +289,7 @@ LoadSnapshot EnginePool::load() const {
     out.at = std::max(out.at, s.at);
     any_concurrency = any_concurrency || s.concurrency > 0;
     concurrency += static_cast<int>(capacity_of(s));
-    batches += std::max(1, s.batches);
-    if (s.prefill_ms_per_token > 0) {
-      prefill_ms += s.prefill_ms_per_token * std::max(1, s.batches);
-      prefill_batches += std::max(1, s.batches);
-    }
+    prefill.add(s);
     if (s.kv_total > 0) {
       ++kv_reporting;
       kv_share += s.kv_occupancy();
@@ -301,9 +300,8 @@ LoadSnapshot EnginePool::load() const {
     }
   }
   if (any_concurrency) out.concurrency = concurrency;
-  if (batches > 0) out.batches = batches;
-  // Per batch, the mean over the replicas that report it: a fill lands on any of them.
-  if (prefill_batches > 0) out.prefill_ms_per_token = prefill_ms / prefill_batches;
+  if (prefill.batches > 0) out.batches = prefill.batches;
+  out.prefill_ms_per_token = prefill.ms_per_token();
   if (kv_reporting > 0) {
     out.kv_used = all_tokens ? kv_used : kv_share / kv_reporting;
     out.kv_total = all_tokens ? kv_total : 1;

@@ -1,5 +1,7 @@
 #include "engines/sim/engine.hpp"
 
+#include "engines/prefill.hpp"
+
 #include <algorithm>
 #include <tuple>
 #include <utility>
@@ -107,17 +109,19 @@ bool SimEngine::promote(RequestHandle handle, int priority) {
 LoadSnapshot SimEngine::load() const {
   std::lock_guard lock(mutex_);
   LoadSnapshot s;
+  PrefillStall prefill;
   for (const SimModel& m : models_) {
     const LoadSnapshot w = m.load();
+    prefill.add(w);
     s.slots_busy += w.slots_busy;
     s.slots_total += w.slots_total;
     s.concurrency += w.concurrency;
     s.kv_used += w.kv_used;
     s.kv_total += w.kv_total;
     s.queued += w.queued;
-    s.prefill_ms_per_token = std::max(s.prefill_ms_per_token, w.prefill_ms_per_token);
   }
-  s.batches = static_cast<int>(models_.size());
+  s.batches = prefill.batches;  // each worker is one
+  s.prefill_ms_per_token = prefill.ms_per_token();
   s.valid = true;
   s.at = TimePoint{} + sim_now_locked();
   return s;
