@@ -458,8 +458,7 @@ behavior branch_actor(Self self, BranchInitPtr init) {
         if (const auto* w = st.branch->winner()) {
           if (st.gated_open && judged)
             self->send(svc.pricing, usable_atom::value, st.branch->id(),
-                       static_cast<std::uint64_t>(w->rank), consumed,
-                       consumed ? saved_ms : wait_ms);
+                       static_cast<std::uint64_t>(w->rank), consumed, saved_ms, wait_ms);
         }
         maybe_settle(self);
       },

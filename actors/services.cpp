@@ -773,11 +773,12 @@ behavior pricing_actor(stateful_actor<PricingState>* self, PricingConfig config)
         self->state.frequency.observe(r.coordinate, r.selection);
         if (r.report) self->state.controller->resolve(r.branch, r.rank);
       },
-      [=](usable_atom, std::uint64_t branch, std::uint64_t rank, bool consumed, double ms) {
+      [=](usable_atom, std::uint64_t branch, std::uint64_t rank, bool consumed, double saved_ms,
+          double wait_ms) {
         if (consumed)
-          self->state.controller->consumed(branch, rank, ms);
+          self->state.controller->consumed(branch, rank, saved_ms, wait_ms);
         else
-          self->state.controller->missed(branch, rank, ms);
+          self->state.controller->missed(branch, rank, wait_ms);
       },
       [=](release_atom, std::uint64_t reservation) {
         self->state.controller->release(reservation);
@@ -789,8 +790,8 @@ behavior pricing_actor(stateful_actor<PricingState>* self, PricingConfig config)
         self->state.publish();
       },
       [=](refund_atom, std::uint64_t reservation) { self->state.controller->refund(reservation); },
-      [=](credit_atom, std::uint64_t branch, double saved_ms) {
-        self->state.controller->credit(branch, saved_ms);
+      [=](credit_atom, std::uint64_t branch, double saved_ms, double wait_ms) {
+        self->state.controller->credit(branch, saved_ms, wait_ms);
       },
       [=](cost_atom, const run::CostSample& c) {
         self->state.costs.observe(c.stage, c.engine_time, c.tokens, c.prompt_tokens);

@@ -277,7 +277,7 @@ void carry_out(Self self, DemandEffects fx) {
               self->send(it->second, demanded_atom::value, e.consumed, e.saved_ms, e.waited_ms,
                          e.judged);
           } else if constexpr (std::is_same_v<E, rd::Credit>) {
-            self->send(svc.pricing, credit_atom::value, e.branch, e.saved_ms);
+            self->send(svc.pricing, credit_atom::value, e.branch, e.saved_ms, e.waited_ms);
           } else if constexpr (std::is_same_v<E, rd::ArmWait>) {
             svc.post_at(e.at, self, waitend_atom::value, e.id, e.wait);
           } else if constexpr (std::is_same_v<E, rd::Cost>) {

@@ -232,7 +232,8 @@ void DemandFlow::completed(const dsl::Stage& stage, const std::string& response,
   // A later stage of a fill chain (a read after its retrieve, an executor after its handler):
   // the branch that filled it saved this too, so its return learns it (Eq. 4). The branch
   // may have settled already; the controller revises a settled branch's return.
-  if (from_fill && !first && fill_branch != 0) fx.push_back(Credit{fill_branch, saved_ms});
+  if (from_fill && !first && fill_branch != 0)
+    fx.push_back(Credit{fill_branch, saved_ms, waited_ms});
 }
 
 void DemandFlow::from_library(DemandId id, const ServeReply& hit, DemandEffects& fx) {

@@ -128,10 +128,12 @@ struct Demanded {
   double waited_ms = 0;
   bool judged = true;  // false: C1 answered the branch's whole chain; nothing to learn
 };
-// A later stage of a branch's fill chain was served: the branch's return grows by `saved_ms`.
+// A later stage of a branch's fill chain was served: the branch's return grows by what that
+// saved (Controller::credit).
 struct Credit {
   std::uint64_t branch = 0;
-  double saved_ms = 0;
+  double saved_ms = 0;   // the stage's execution
+  double waited_ms = 0;  // what its demand waited for the fill
 };
 // Tell DemandFlow::wait_over(id, wait) at `at`.
 struct ArmWait {

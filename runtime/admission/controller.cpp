@@ -6,6 +6,15 @@
 
 namespace dynrt::admission {
 
+namespace {
+// What a consumed fill saved its demand: the execution it did, less the time the demand still
+// waited for it to finish. Nonsense input counts as nothing.
+double latency_saved(double execution_ms, double wait_ms) {
+  const auto sane = [](double ms) { return std::isfinite(ms) && ms > 0 ? ms : 0.0; };
+  return sane(execution_ms) - sane(wait_ms);
+}
+}  // namespace
+
 std::string_view to_string(AdmissionPolicy p) {
   switch (p) {
     case AdmissionPolicy::priced:
@@ -374,22 +383,23 @@ void Controller::resolve(BranchId branch, std::optional<std::size_t> selected_ra
     c.selection.refresh(rank);
 }
 
-void Controller::consumed(BranchId branch, std::size_t rank, double saved_ms) {
+void Controller::consumed(BranchId branch, std::size_t rank, double saved_ms, double wait_ms) {
   Branch* b = find(branch);
   if (!b) return;
   learn_usability(state(b->coordinate), true);
   ++b->consumed;
-  // Eq. 4: the execution a consumed fill saved, and its price back (see the header).
-  revise(branch, saved_ms + give_back(*b, rank));
+  // Eq. 4: the latency a consumed fill saved, and its price back (see the header).
+  revise(branch, latency_saved(saved_ms, wait_ms) + give_back(*b, rank));
 }
 
-void Controller::credit(BranchId branch, double saved_ms) {
+void Controller::credit(BranchId branch, double saved_ms, double wait_ms) {
   Branch* b = find(branch);
   if (!b) return;
+  const double saved = latency_saved(saved_ms, wait_ms);
   if (b->settled) {
-    revise(branch, saved_ms);
+    revise(branch, saved);
   } else {
-    b->y += saved_ms;
+    b->y += saved;
   }
 }
 

@@ -212,19 +212,23 @@ class Controller {
   // predicted, or nullopt if the selection was none of them. (An ambiguous selection should
   // not be reported: nothing is learned from it.)
   void resolve(BranchId branch, std::optional<std::size_t> selected_rank);
-  // An admitted, selected fill was consumed in time and saved `saved_ms`. The price charged
+  // An admitted, selected fill was consumed in time. Its execution took `saved_ms`, and the
+  // demand waited `wait_ms` for it to finish: the return grows by the difference, the latency
+  // the fill saved (at load a fill that started late saves little of its execution; negative
+  // when the wait was longer than the execution). The price charged
   // for it at admission is given back: C_s is the delay a fill imposes when it is *not*
   // consumed (Eq. 6); a consumed fill did work its demand would otherwise have done. Charging
   // it anyway teaches the class that its best branches lose money, most where every offer is
   // filled (independent promotion).
-  void consumed(BranchId branch, std::size_t rank, double saved_ms);
+  void consumed(BranchId branch, std::size_t rank, double saved_ms, double wait_ms = 0);
   // An admitted, selected fill missed its deadline; the demand waited `wait_ms` for it. This
   // lowers usability; it is not a prediction error.
   void missed(BranchId branch, std::size_t rank, double wait_ms);
-  // A later stage of an admitted fill's chain was served from it and saved `saved_ms`: the
-  // branch's return grows (revised if it has settled); usability is not touched (that counts
-  // the fill once, at its first stage).
-  void credit(BranchId branch, double saved_ms);
+  // A later stage of an admitted fill's chain was served from it: the branch's return grows by
+  // its execution `saved_ms` less what its demand waited for it, `wait_ms`, as in consumed()
+  // (revised if it has settled); usability is not touched (that counts the fill once, at its
+  // first stage).
+  void credit(BranchId branch, double saved_ms, double wait_ms = 0);
   // The admitted fill ran no engine work (the library already held its whole chain): the
   // price charged at admission is given back, since G after a C1 lookup was zero and nothing
   // was imposed on canonical requests. Call before release(); once per reservation.

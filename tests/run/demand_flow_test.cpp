@@ -174,6 +174,23 @@ TEST_F(DemandFlowRouting, ALaterChainStageServedFromAFillCreditsItsBranch) {
   const auto c = only<demand::Credit>(fx);
   EXPECT_EQ(c.branch, 7u);
   EXPECT_EQ(c.saved_ms, 120.0);
+  EXPECT_EQ(c.waited_ms, 0.0);  // it was in the library already
+}
+
+// The controller credits the execution less the wait, so the credit carries both.
+TEST_F(DemandFlowRouting, AChainStageItsDemandWaitedForCarriesTheWaitInItsCredit) {
+  route_to_email(7);
+  run.completed(handle, chat("{}"), {});
+  const auto name = name_of(execute);
+  flow->fill_started(name, 42);
+  start(1, execute);
+  ASSERT_TRUE(has<demand::ArmWait>(flow->served(1, ServeReply{})));
+  clock.advance(30ms);
+  ASSERT_TRUE(has<demand::Probe>(flow->fill_ended(name, 42, true)));
+  const auto c = only<demand::Credit>(flow->served(1, hit("{\"found\": true}", true, 7)));
+  EXPECT_EQ(c.branch, 7u);
+  EXPECT_EQ(c.saved_ms, 120.0);
+  EXPECT_EQ(c.waited_ms, 30.0);
 }
 
 TEST_F(DemandFlowRouting, AMissWhoseFillRunsWaitsWithinTheBoundThenPromotesWithoutASecondWait) {

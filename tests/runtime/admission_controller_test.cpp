@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace dynrt::admission {
 namespace {
 
@@ -639,6 +641,29 @@ TEST_F(ControllerTest, ChainCreditRaisesTheReturnWithoutTouchingUsability) {
   EXPECT_NEAR(*ctl.branch_return(1), before + 3000, 1e-9);
   EXPECT_EQ(ctl.model(kClass)->samples(), 1);
   ctl.credit(99, 100);  // an unknown branch is ignored
+}
+
+// Eq. 4's saving is latency: a fill the demand still had to wait for saved its execution less
+// that wait. Crediting the whole execution taught a drafted class at load that its fills paid
+// when the demands mostly waited for them.
+TEST_F(ControllerTest, AConsumedFillSavesItsExecutionLessTheWaitForIt) {
+  Controller ctl(clock_, config());
+  ctl.observe_load(0.2, 0);
+  ASSERT_TRUE(ctl.open_branch(1, kClass).open);
+  const double before = *ctl.branch_return(1);
+  ctl.resolve(1, std::size_t{0});
+  ctl.consumed(1, 0, 2000, 1500);  // a 2 s execution the demand waited 1.5 s for: 0.5 s saved
+  EXPECT_NEAR(*ctl.branch_return(1), before + 500, 1e-9);
+  ctl.credit(1, 800, 300);  // the chain's next stage, also waited for
+  EXPECT_NEAR(*ctl.branch_return(1), before + 1000, 1e-9);
+  ctl.credit(1, 200, 700);  // a wait longer than the execution: the fill cost latency
+  EXPECT_NEAR(*ctl.branch_return(1), before + 500, 1e-9);
+  ctl.credit(1, std::nan(""), -5);  // nonsense counts as nothing
+  EXPECT_NEAR(*ctl.branch_return(1), before + 500, 1e-9);
+  ctl.settle(1);
+  ctl.credit(1, 1000, 400);  // after settlement: a revision by the same rule
+  EXPECT_NEAR(*ctl.branch_return(1), before + 1100, 1e-9);
+  EXPECT_EQ(ctl.model(kClass)->samples(), 1);
 }
 
 TEST_F(ControllerTest, RefundGivesBackTheAdmissionPriceOnce) {
