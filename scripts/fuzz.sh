@@ -21,8 +21,11 @@ if ! command -v clang++ >/dev/null; then
   echo "fuzz.sh: clang++ is not installed (scripts/install-deps.sh installs it)" >&2
   exit 2
 fi
+# -O1 with line tables, as libFuzzer's documentation builds its targets: it compiles in about
+# half the time of the default -O2 -g, and the sanitizers' reports keep their line numbers.
 CXX=clang++ cmake -S . -B "$build" -DDYNRT_FUZZ=ON -DDYNRT_BUILD_TESTS=OFF \
   -DDYNRT_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" >/dev/null
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]/%/_fuzz}"
 scratch=$(mktemp -d)

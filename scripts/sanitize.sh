@@ -26,7 +26,10 @@ cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITH
 symbolizer=/usr/lib/llvm-14/bin/llvm-symbolizer
 [ -x "$symbolizer" ] && export ASAN_SYMBOLIZER_PATH="$symbolizer"
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
-export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
+# malloc_context_size=5: an allocation records five frames of its stack, not thirty; the
+# suite runs about a fifth faster (its simulations allocate a lot), and an error's own stack
+# is whole. ASAN_OPTIONS=malloc_context_size=30 in the environment restores the default.
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:malloc_context_size=5${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$PWD/scripts/ubsan.supp"
 if [ "$#" -eq 0 ]; then
   cmake --build "$dir" -j"$(nproc)" --target test_programs
