@@ -393,25 +393,14 @@ void Controller::consumed(BranchId branch, std::size_t rank, double saved_ms, do
 }
 
 void Controller::credit(BranchId branch, double saved_ms, double wait_ms) {
-  Branch* b = find(branch);
-  if (!b) return;
-  const double saved = latency_saved(saved_ms, wait_ms);
-  if (b->settled) {
-    revise(branch, saved);
-  } else {
-    b->y += saved;
-  }
+  revise(branch, latency_saved(saved_ms, wait_ms));
 }
 
 void Controller::missed(BranchId branch, std::size_t /*rank*/, double wait_ms) {
   Branch* b = find(branch);
   if (!b) return;
   learn_usability(state(b->coordinate), false);
-  if (b->settled) {
-    revise(branch, -wait_ms);
-  } else {
-    b->y -= wait_ms;  // Eq. 4: an expired wait
-  }
+  revise(branch, -wait_ms);  // Eq. 4: an expired wait
 }
 
 int Controller::fills_in_flight(std::string_view tenant) const {

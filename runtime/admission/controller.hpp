@@ -215,11 +215,11 @@ class Controller {
   // An admitted, selected fill was consumed in time. Its execution took `saved_ms`, and the
   // demand waited `wait_ms` for it to finish: the return grows by the difference, the latency
   // the fill saved (at load a fill that started late saves little of its execution; negative
-  // when the wait was longer than the execution). The price charged
-  // for it at admission is given back: C_s is the delay a fill imposes when it is *not*
-  // consumed (Eq. 6); a consumed fill did work its demand would otherwise have done. Charging
-  // it anyway teaches the class that its best branches lose money, most where every offer is
-  // filled (independent promotion).
+  // when the wait was longer than the execution). The price charged for it at admission is
+  // given back: C_s is the delay a fill imposes when it is *not* consumed (Eq. 6); a consumed
+  // fill did work its demand would otherwise have done. Charging it anyway teaches the class
+  // that its best branches lose money, most where every offer is filled (independent
+  // promotion).
   void consumed(BranchId branch, std::size_t rank, double saved_ms, double wait_ms = 0);
   // An admitted, selected fill missed its deadline; the demand waited `wait_ms` for it. This
   // lowers usability; it is not a prediction error.
