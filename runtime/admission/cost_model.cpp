@@ -36,14 +36,17 @@ double CostModel::gain_ms(std::span<const Hash128> chain) const {
 
 Footprint CostModel::footprint(std::span<const Hash128> chain) const {
   Footprint f;
-  double tokens = 0;
+  double tokens = 0, mean = 0;
   for (const auto& s : chain) {
     const StageCost c = estimate(s);
     f.slot_ms += c.engine_ms;
     f.prompt_tokens += c.prompt_tokens;   // every stage's prompt is prefilled
     tokens = std::max(tokens, c.tokens);  // one stage of the chain is resident at a time
+    // Its KV grows from the prompt to the prompt and completion over its decode.
+    mean = std::max(mean, (c.tokens + std::min(c.prompt_tokens, c.tokens)) / 2);
   }
   f.kv_share = config_.kv_tokens > 0 ? std::min(1.0, tokens / config_.kv_tokens) : 0;
+  f.kv_mean_share = config_.kv_tokens > 0 ? std::min(1.0, mean / config_.kv_tokens) : 0;
   return f;
 }
 

@@ -5,8 +5,8 @@
 // (prompt + completion) and the prompt tokens of its executions, canonical and speculative
 // alike. A stage never seen uses the configured prior. The gain of a fill is the engine time of
 // the chain it runs (a consumed fill saves that execution); its footprint holds a slot for that
-// long, reserves its tokens' share of the engine's KV pool and has every stage's prompt
-// prefilled.
+// long, reserves its tokens' share of the engine's KV pool (the peak; it is priced on its mean,
+// the prompt plus half the completion) and has every stage's prompt prefilled.
 //
 // Pure; single-threaded (the pricing actor owns one).
 #pragma once

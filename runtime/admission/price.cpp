@@ -13,30 +13,36 @@ double clamp01(double x) {
 
 Prices PriceCurves::at(const LoadView& v) const {
   const double rho = clamp01(v.rho);
-  const double canonical = rho * p_.decode_slots;  // canonical requests in flight
+  const double canonical = rho * p_.decode_slots;   // canonical requests in flight
+  const double per_batch = canonical / p_.batches;  // ... in the batch a fill joins
   const double fills = clamp01(v.fill) * fill_slots_;
-  const double slot_use = std::min(std::max((canonical + fills) / p_.decode_slots, clamp01(v.fill)),
-                                   p_.max_utilization);
-  const double kv_use = std::min(clamp01(v.kv), p_.max_utilization);
+  const double slot_use = std::min((canonical + fills) / p_.decode_slots, p_.max_utilization);
   // The stretch grows with all the KV in use (Fig. 5b's fit, k^1.52), so one more token costs
-  // most where the pool is already full: the slope at the engines' occupancy when they report
-  // it, else at the fills' own share.
-  const double share = std::max({clamp01(v.kv) * p_.kv_budget, clamp01(v.engine_kv), p_.kv_floor});
+  // most where the pool is already full: the slope at the occupancy the engines report, or at
+  // the fills' own share where that is more (a snapshot older than the latest admissions).
+  const double in_use = std::max(clamp01(v.kv) * p_.kv_budget, clamp01(v.engine_kv));
+  const double share = std::max(in_use, p_.kv_floor);
+  const double kv_use = std::min(in_use, p_.max_utilization);
   const InterferenceModel& m = p_.interference;
   Prices out;
-  // Per fill: its own stretch, plus the one-off sharing overhead spread over the fill budget.
-  out.slot = canonical * (m.per_request + m.sharing_overhead / fill_slots_) / (1.0 - slot_use);
+  // Per fill: its own stretch of its batch's canonical requests, plus the one-off sharing
+  // overhead of a canonical request alone in its batch (at most one per batch), spread over
+  // the fill budget.
+  out.slot = (per_batch * m.per_request +
+              std::min(canonical, p_.batches) * m.sharing_overhead / fill_slots_) /
+             (1.0 - slot_use);
   out.kv = canonical * m.kv_marginal(share) / (1.0 - kv_use);
   // The direct stall: every canonical request decoding in the batch the prompt joins waits for
   // it. (Steepening it near capacity, as the slot price is, overpriced fills at moderate load:
   // docs/benchmarks.md, "Prompts priced".)
-  out.prefill = canonical / p_.batches * p_.prefill_ms_per_token;
+  out.prefill = per_batch * p_.prefill_ms_per_token;
   return out;
 }
 
 double PriceCurves::cost(const LoadView& v, const Footprint& f) const {
   const Prices b = at(v);
-  return b.slot * f.slot_ms + b.kv * f.kv_share * f.slot_ms + b.prefill * f.prompt_tokens;
+  const double kv = f.kv_mean_share >= 0 ? std::min(f.kv_mean_share, f.kv_share) : f.kv_share;
+  return b.slot * f.slot_ms + b.kv * kv * f.slot_ms + b.prefill * f.prompt_tokens;
 }
 
 LoadView PriceCurves::project(const LoadView& v, const Footprint& f) const {

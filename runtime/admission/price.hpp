@@ -6,28 +6,34 @@
 // C_s(V_H) = beta(V_H)^T R_s, summed over the canonical requests it slows.
 //
 // Both curves come from the interference model fitted to the paper's Figure 5b
-// (runtime/interference.hpp), the same model the simulated engine runs:
-//   - slots: each co-resident request stretches every co-running canonical request by
-//     a = 0.025%, plus a one-off 4.5% once anything shares its batch; a per-fill price must be
-//     monotone, so that one-off overhead is spread over the fill budget (4.5% / 16 per fill);
-//   - KV: the stretch grows as 12.3 k^1.52 with the share k of the KV pool in use; its
-//     derivative, at the engines' reported occupancy (or, unreported, at the fills' own share;
-//     at least 3%, the smallest measured), is the price of a unit of KV share. On a tight KV
-//     pool that canonical requests fill, a fill's KV costs several times what it would on an
-//     empty one.
+// (runtime/interference.hpp), the same model the simulated engine runs. A fill joins one decode
+// batch (one worker's), and the stretch it causes falls on the canonical requests of that batch
+// alone: rho * decode slots / batches of them.
+//   - slots: each co-resident request stretches every co-running canonical request of its batch
+//     by a = 0.025%. The one-off 4.5% that any sharing costs falls only on a canonical request
+//     that had its batch to itself: at most one per batch, so at most `batches` of them in all,
+//     spread over the fill budget (a per-fill price must be monotone, so it cannot charge the
+//     first fill alone).
+//   - KV: the stretch grows as 12.3 k^1.52 with the share k of a worker's KV pool in use; its
+//     derivative, at the KV in use (the engines' reported occupancy or, where that is lower or
+//     unreported, the fills' own share; at least 3%, the smallest measured), is the price of a
+//     unit of KV share. A fill's share of the whole pool is its worker's share over the
+//     batches, so this price multiplies by all the canonical requests in flight. It is charged
+//     on the fill's mean residency over its decode, not its peak. On a tight pool that canonical
+//     requests fill, a fill's KV costs several times what it would on an empty one.
 //   - prefill: under chunked prefill (vLLM's and SGLang's default) a prompt is processed inside
 //     the decode steps, and every request decoding in its batch waits prefill_ms_per_token per
 //     prompt token. A fill's prompts therefore delay each canonical request of the batch they
-//     join (rho * decode slots / batches) by their whole prefill time: the direct stall, with
-//     no congestion factor. Unlike the stretch this does not shrink with the batch: at load, a
-//     fill's prompt can cost canonical requests more than its decode. Zero where the engines do
-//     not say what a prompt token costs.
-// The slot and KV prices are multiplied by the number of canonical requests in flight
-// (rho * decode slots) and by a congestion factor 1 / (1 - u) that steepens the price near capacity
-// (u: the larger of decode-slot utilization and fill-budget occupancy for the slot price, so that a
-// nearly spent fill budget is kept for likely candidates; fill KV-budget occupancy for the KV
-// price; capped at 0.95). Every factor is non-decreasing in every component of V, so both curves
-// are monotone componentwise, which Proposition A.8 needs.
+//     join by their whole prefill time: the direct stall, with no congestion factor. Unlike the
+//     stretch this does not shrink with the batch: at load, a fill's prompt can cost canonical
+//     requests more than its decode. Zero where the engines do not say what a prompt token
+//     costs.
+// The slot and KV prices carry a congestion factor 1 / (1 - u) that steepens them near capacity
+// (u: decode-slot utilization, canonical requests and fills, for the slot price; the KV in use
+// for the KV price; capped at 0.95). How full the fill budget is does not enter them: that is a
+// shortage of fill slots, not a delay to canonical work, and the controller's reserve price
+// rations it (controller.hpp). Every factor is non-decreasing in every component of V, so both
+// curves are monotone componentwise, which Proposition A.8 needs.
 //
 // Pure.
 #pragma once
@@ -42,8 +48,11 @@ namespace dynrt::admission {
 
 struct Footprint {
   double slot_ms = 0;        // decode time the fill would hold a slot for
-  double kv_share = 0;       // its share of the engine's KV pool, in [0, 1]
+  double kv_share = 0;       // its share of the engine's KV pool at its peak, in [0, 1]
   double prompt_tokens = 0;  // the prompt tokens its requests have the engine prefill
+  // Its mean share of the KV pool over slot_ms (a request's KV grows from its prompt to its
+  // prompt and completion as it decodes); negative: unknown, the peak is used.
+  double kv_mean_share = -1;
 };
 
 struct PriceParams {

@@ -113,18 +113,43 @@ TEST(Prices, ComeFromTheFigure5bInterferenceModel) {
 
 TEST(Prices, HandComputedCase) {
   const PriceCurves curves;
-  // rho = 0.5 of 64 slots: 32 canonical requests; no fills; no KV reserved.
+  // rho = 0.5 of 64 slots in one batch: 32 canonical requests; no fills; no KV reserved.
   const Prices b = curves.at(LoadView{0, 0, 0.5});
-  const double slot = 32 * (0.00025 + 0.045 / 16) / (1 - 0.5);
+  // Each fill stretches the 32 by a; the one-off overhead falls on at most one request per
+  // batch, spread over the 16 fills of the budget.
+  const double slot = (32 * 0.00025 + 1 * 0.045 / 16) / (1 - 0.5);
   const double kv = 32 * 12.3 * 1.52 * std::pow(0.03, 0.52) / 1.0;  // derivative at the 3% floor
   EXPECT_NEAR(b.slot, slot, 1e-9);
   EXPECT_NEAR(b.kv, kv, 1e-9);
-  EXPECT_NEAR(b.slot, 0.196000, 1e-6);
+  EXPECT_NEAR(b.slot, 0.021625, 1e-6);
   EXPECT_NEAR(b.kv, 96.605, 1e-3);
   const Footprint f{2000, 0.005};  // 2 s of decode, 0.5% of the KV pool
   EXPECT_NEAR(curves.cost(LoadView{0, 0, 0.5}, f), slot * 2000 + kv * 0.005 * 2000, 1e-6);
+  // Priced on its mean residency where the footprint has one (never above its peak).
+  Footprint growing = f;
+  growing.kv_mean_share = 0.003;
+  EXPECT_NEAR(curves.cost(LoadView{0, 0, 0.5}, growing), slot * 2000 + kv * 0.003 * 2000, 1e-6);
+  growing.kv_mean_share = 0.5;
+  EXPECT_NEAR(curves.cost(LoadView{0, 0, 0.5}, growing), curves.cost(LoadView{0, 0, 0.5}, f), 1e-9);
   // No canonical work, no canonical delay.
   EXPECT_EQ(curves.cost(LoadView{0.5, 0.5, 0}, f), 0);
+}
+
+// A fill joins one batch: its stretch falls on that batch's canonical requests, not on every
+// worker's. Four batches of the same 32 requests: 8 in the fill's, and the one-off overhead on
+// at most four lone requests.
+TEST(Prices, AFillStretchesTheCanonicalRequestsOfItsBatch) {
+  PriceCurves curves;
+  curves.set_prefill(0.157, 4);
+  EXPECT_NEAR(curves.at(LoadView{0, 0, 0.5}).slot, (8 * 0.00025 + 4 * 0.045 / 16) / (1 - 0.5),
+              1e-12);
+  // Fewer canonical requests than batches: each may be alone in its batch.
+  EXPECT_NEAR(curves.at(LoadView{0, 0, 2.0 / 64}).slot,
+              (0.5 * 0.00025 + 2 * 0.045 / 16) / (1 - 2.0 / 64), 1e-12);
+  // The KV price is per share of the whole pool, which is the fill's share of its worker's
+  // over the batches: it still counts all 32.
+  PriceCurves one;
+  EXPECT_NEAR(curves.at(LoadView{0, 0, 0.5}).kv, one.at(LoadView{0, 0, 0.5}).kv, 1e-12);
 }
 
 // The slot count comes from the engines' load: the same pressure on an engine with four times
@@ -158,36 +183,39 @@ TEST(Prices, SteepenNearCapacity) {
   const double low = curves.at(LoadView{0, 0, 0.2}).slot / 0.2;
   const double high = curves.at(LoadView{0, 0, 0.9}).slot / 0.9;
   EXPECT_GT(high, 5 * low);  // per canonical request, the price grows with congestion
+  // The KV price steepens with the KV in use: here the fills' own, 99% and 50% of their
+  // quarter of the pool.
+  const double full = 0.99 * 0.25, half = 0.5 * 0.25;
   EXPECT_NEAR(curves.at(LoadView{0, 0.99, 0.5}).kv / curves.at(LoadView{0, 0.5, 0.5}).kv,
-              (1 - 0.5) / (1 - 0.95) * std::pow(0.99 * 0.25 / (0.5 * 0.25), 0.52), 1e-9);
+              (1 - half) / (1 - full) * std::pow(full / half, 0.52), 1e-9);
 }
 
-// The fill budget is priced like the slots: as it fills, the slot price steepens, so that
-// the last fills left go to likely candidates. On an idle engine the price stays zero.
-TEST(Prices, SteepenAsTheFillBudgetFills) {
+// Fills count as slot use like any request, and the slot price steepens as they fill the
+// slots. How full the fill budget is does not raise it further: that is a shortage of fill
+// slots, not a delay to canonical work (the controller's reserve price rations the budget).
+// On an idle engine the price stays zero.
+TEST(Prices, FillsCountAsSlotUseNotAsScarcity) {
   const PriceCurves curves;  // 64 slots, 16 fills
   const double empty = curves.at(LoadView{0, 0, 0.1}).slot;
-  const double half = curves.at(LoadView{0.5, 0, 0.1}).slot;
   const double full = curves.at(LoadView{1.0, 0, 0.1}).slot;
-  // rho 0.1: 6.4 canonical requests; u is the larger of slot use and o_fill.
-  const double per = 6.4 * (0.00025 + 0.045 / 16);
+  // rho 0.1: 6.4 canonical requests; a full budget adds 16 fills to the slots in use.
+  const double per = 6.4 * 0.00025 + 0.045 / 16;
   EXPECT_NEAR(empty, per / (1 - 0.1), 1e-12);
-  EXPECT_NEAR(half, per / (1 - 0.5), 1e-12);
-  EXPECT_NEAR(full, per / (1 - 0.95), 1e-12);  // capped
+  EXPECT_NEAR(full, per / (1 - (6.4 + 16) / 64), 1e-12);
   EXPECT_EQ(curves.at(LoadView{1.0, 0, 0}).slot, 0);
 }
 
 // The interference grows with all the KV in use, canonical requests' too: on a pool the
 // engines report 60% full, a unit of KV is priced at the curve's slope at 60%, not at the
-// fills' own 3% floor; unreported, the fills' share stands.
+// fills' own 3% floor, and steepened by the 60% in use; unreported, the fills' share stands.
 TEST(Prices, KvIsPricedAtTheEnginesOccupancy) {
   const PriceCurves curves;
   LoadView busy{0, 0, 0.5};
   busy.engine_kv = 0.6;
-  const double at = 32 * 12.3 * 1.52 * std::pow(0.6, 0.52);
+  const double at = 32 * 12.3 * 1.52 * std::pow(0.6, 0.52) / (1 - 0.6);
   EXPECT_NEAR(curves.at(busy).kv, at, 1e-9);
-  EXPECT_NEAR(curves.at(busy).kv / curves.at(LoadView{0, 0, 0.5}).kv, std::pow(0.6 / 0.03, 0.52),
-              1e-9);
+  EXPECT_NEAR(curves.at(busy).kv / curves.at(LoadView{0, 0, 0.5}).kv,
+              std::pow(0.6 / 0.03, 0.52) / (1 - 0.6), 1e-9);
   // A fill's projected KV adds to the engines' occupancy when they report one.
   EXPECT_NEAR(curves.project(busy, Footprint{1000, 0.05}).engine_kv, 0.65, 1e-12);
   EXPECT_EQ(curves.project(LoadView{0, 0, 0.5}, Footprint{1000, 0.05}).engine_kv, 0);

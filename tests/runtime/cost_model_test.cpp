@@ -179,6 +179,25 @@ TEST(CostModel, KvShareIsTheLargestStagesTokensOverThePool) {
   EXPECT_DOUBLE_EQ(m.footprint(std::vector<Hash128>{kUnseen}).kv_share, 0.05);
 }
 
+// A request's KV grows from its prompt to its prompt and completion as it decodes: it is priced
+// on its mean residency, the prompt plus half the completion, and reserved at its peak.
+TEST(CostModel, KvIsPricedOnTheMeanResidencyOverTheDecode) {
+  CostModelConfig c = config();  // kv_tokens 10'000
+  c.prior_prompt_tokens = 100;
+  CostModel m(c);
+  m.observe(kRetrieve, milliseconds(200), 1000, 600);
+  m.observe(kAnswer, milliseconds(700), 3000, 2000);
+  const Footprint f = m.footprint(std::vector<Hash128>{kRetrieve, kAnswer});
+  EXPECT_DOUBLE_EQ(f.kv_share, 0.3);
+  EXPECT_DOUBLE_EQ(f.kv_mean_share, (2000 + 1000 / 2.0) / 10'000);  // the larger stage's
+  // An unseen stage: the prior's 500 tokens, 100 of them prompt.
+  EXPECT_DOUBLE_EQ(m.footprint(std::vector<Hash128>{kUnseen}).kv_mean_share, 0.03);
+  // A count of prompt tokens above the total (a client's miscount) is held to the total.
+  m.observe(kRetrieve, milliseconds(200), 1000, 5000);
+  EXPECT_LE(m.footprint(std::vector<Hash128>{kRetrieve}).kv_mean_share,
+            m.footprint(std::vector<Hash128>{kRetrieve}).kv_share);
+}
+
 TEST(CostModel, KvShareIsCappedAtTheWholePool) {
   CostModel m(config());
   m.observe(kAnswer, milliseconds(700), 25'000);
