@@ -76,7 +76,7 @@ with tempfile.TemporaryDirectory() as tmp:
     # The load sweep and the bursty trace, small: the documented record fields, a measured
     # saturation rate, every run answered like the floor.
     sweep_out = os.path.join(tmp, "sweep")
-    r = bench("sweep", "routing", "--seeds", "2", "--loads", "0.1,0.6", "--requests", "40",
+    r = bench("sweep", "routing", "--seeds", "2", "--loads", "0.05,0.1", "--requests", "40",
               "--arms", "full,always", "--quiet", "--no-plots", "--out", sweep_out)
     check(r.returncode == 0, "bench sweep exits 0 (stderr: %s)" % r.stderr[-400:])
     with open(os.path.join(sweep_out, "results.json")) as f:
@@ -102,7 +102,7 @@ with tempfile.TemporaryDirectory() as tmp:
     for flag in ["", "--no-emission"]:
         out = os.path.join(tmp, "emission" + flag)
         r = bench("sweep", "routing", "--seeds", "1", "--loads", "0.3", "--requests", "40",
-                  "--arms", "full", "--selection-first", "--saturation", "50", "--quiet",
+                  "--arms", "full", "--selection-first", "--saturation", "10", "--quiet",
                   "--no-plots", "--out", out, *([flag] if flag else []))
         check(r.returncode == 0, "bench sweep --selection-first %s exits 0 (stderr: %s)" %
               (flag, r.stderr[-400:]))
@@ -118,18 +118,18 @@ with tempfile.TemporaryDirectory() as tmp:
     bursty_out = os.path.join(tmp, "bursty")
     # Given a saturation rate, the bursty trace and the ablation skip measuring it.
     r = bench("bursty", "hci", "--seeds", "1", "--requests", "40", "--arms", "full",
-              "--saturation", "50", "--quiet", "--no-plots", "--out", bursty_out)
+              "--saturation", "10", "--quiet", "--no-plots", "--out", bursty_out)
     check(r.returncode == 0, "bench bursty exits 0 (stderr: %s)" % r.stderr[-400:])
     with open(os.path.join(bursty_out, "results.json")) as f:
         doc = json.load(f)
-    check(doc["saturation"]["hci"]["rate"] == 50 and doc["saturation"]["hci"]["burst_runs"] == 0,
+    check(doc["saturation"]["hci"]["rate"] == 10 and doc["saturation"]["hci"]["burst_runs"] == 0,
           "a given saturation rate is used, not measured")
     check([p["name"] for p in doc["phases"]] == ["A", "B", "C", "D"] and
           all(len(p["phase_mean_s"]) == 4 for p in doc["points"]),
           "the bursty trace reports its four phases")
     ablation_out = os.path.join(tmp, "ablation")
     r = bench("ablation", "react", "--seeds", "1", "--requests", "30", "--loads", "0.5",
-              "--arms", "full,priced-fills,always,p=0.8", "--saturation", "50", "--quiet",
+              "--arms", "full,priced-fills,always,p=0.8", "--saturation", "10", "--quiet",
               "--no-plots",
               "--out", ablation_out)
     check(r.returncode == 0, "bench ablation exits 0 (stderr: %s)" % r.stderr[-400:])
@@ -144,7 +144,7 @@ with tempfile.TemporaryDirectory() as tmp:
     # that opens draws them, answers stay the floor's.
     drafter_out = os.path.join(tmp, "drafter")
     r = bench("ablation", "react", "--seeds", "1", "--requests", "30", "--loads", "0.5",
-              "--arms", "full,always", "--saturation", "50", "--quiet", "--no-plots",
+              "--arms", "full,always", "--saturation", "10", "--quiet", "--no-plots",
               "--templates", os.path.join("bench", "templates", "drafter"),
               "--out", drafter_out)
     check(r.returncode == 0, "bench ablation with a drafter exits 0 (stderr: %s)" % r.stderr[-400:])
