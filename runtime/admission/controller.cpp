@@ -200,13 +200,17 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
     const double ms = std::max(1.0, priced[i].footprint.slot_ms);
     return utility(priced[i], out.view, curves_) / ms;
   };
-  bool probing = false;  // an audit's probe pays no reserve price either
+  // A branch the generation gate opened by an audit pays no reserve price: its probe is how a
+  // closed class learns. A seeded probe of a refused candidate in an open branch does pay it:
+  // that evidence can wait for a slot no likely candidate needs.
+  const bool audited = b->audit;
   std::vector<bool> below_reserve(candidates.size(), false);  // asked more than once, counted once
   out.refused.assign(candidates.size(), priced_fills ? Refusal::utility : Refusal::threshold);
   std::vector<bool> eligible(candidates.size(), false);  // it passed its policy's own test
   Hooks hooks;
   hooks.reserve = [&](std::size_t i) {
-    if (priced_fills && !b->audit && !probing && density(i) <= budget_reserve()) {
+    const double price = budget_reserve();
+    if (priced_fills && !audited && price > 0 && density(i) <= price) {
       below_reserve[i] = true;
       out.refused[i] = Refusal::reserve;
       return false;
@@ -220,11 +224,9 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
   };
   // An audited branch probes: its best feasible candidate is admitted even at non-positive
   // utility (Algorithm 1, line 12), or the audit would learn the setup cost and nothing of
-  // the fills, and a class closed because its fills failed could never see them pay.
-  hooks.audit = [&] {
-    probing = std::exchange(b->audit, false) || uniform() < config_.fill_audit;
-    return probing;
-  };
+  // the fills, and a class closed because its fills failed could never see them pay. An open
+  // branch probes its best refused candidate at the seeded rate fill_audit.
+  hooks.audit = [&] { return std::exchange(b->audit, false) || uniform() < config_.fill_audit; };
   std::vector<Step> steps;
   if (priced_fills) {
     // The reserve price learns what a branch's best candidate is typically worth (before this
@@ -242,7 +244,9 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
     // fixed threshold, as long as the budgets and reservations allow. No repricing.
     // The confidence a fixed threshold is compared with is the predictor's alone (the
     // selection posterior's upper quantile), as speculative agents score their next action.
-    for (std::size_t i = 0; i < priced.size() && budget.fills > 0; ++i) {
+    // Every candidate is judged by the rule, so one the budget had no room for is reported as
+    // refused by the budget, not by the rule.
+    for (std::size_t i = 0; i < priced.size(); ++i) {
       const bool all = config_.policy == AdmissionPolicy::always ||
                        config_.policy == AdmissionPolicy::priced_generation;
       const double confidence = c.selection.upper(candidates[i].rank);
@@ -254,7 +258,8 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
         continue;
       }
       eligible[i] = true;
-      if (!feasible(budget, priced[i].footprint) || !hooks.reserve(i)) continue;
+      if (budget.fills <= 0 || !feasible(budget, priced[i].footprint) || !hooks.reserve(i))
+        continue;
       const double cost = curves_.cost(out.view, priced[i].footprint);
       steps.push_back(Step{i, utility(priced[i], out.view, curves_), cost, false});
       --budget.fills;
