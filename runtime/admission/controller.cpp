@@ -84,6 +84,7 @@ void Controller::record_load() {
   v.kv = kv_reserved_ / config_.prices.kv_budget;
   v.rho = rho_;
   v.engine_kv = engine_kv_;
+  v.demanded = demanded_;
   envelope_.observe(clock_.now(), v);
 }
 
@@ -288,6 +289,8 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
     b->reservations.push_back(made[s.index]);
     Reservation& r = reservations_.at(made[s.index]);
     r.rank = candidates[s.index].rank;
+    r.p = priced[s.index].p;
+    demanded_ += r.p;
     b->charged.emplace_back(r.rank, s.cost_ms);
     b->y -= s.cost_ms;  // Eq. 4: the fills this branch enabled
     ++b->admitted;
@@ -339,6 +342,8 @@ std::optional<FillChoice> Controller::admit_emitted(BranchId branch, const Candi
   const ReservationId id = reserve(branch, candidate.footprint.kv_share, tenant);
   if (id == 0) return std::nullopt;
   reservations_.at(id).rank = candidate.rank;
+  reservations_.at(id).p = 1;
+  demanded_ += 1;
   // p = 1: charged its price as any fill (Eq. 4), given back when it is consumed.
   const double cost = curves_.cost(v, candidate.footprint);
   b->reservations.push_back(id);
@@ -431,6 +436,7 @@ void Controller::release(ReservationId reservation) {
   const auto it = reservations_.find(reservation);
   if (it == reservations_.end()) return;
   --fills_in_flight_;
+  demanded_ = fills_in_flight_ == 0 ? 0 : std::max(0.0, demanded_ - it->second.p);
   kv_reserved_ = std::max(0.0, kv_reserved_ - it->second.kv_share);
   if (fills_in_flight_ == 0) kv_reserved_ = 0;  // no residue of rounding once none is held
   if (const auto acc = accounts_.find(it->second.tenant); acc != accounts_.end()) {

@@ -292,6 +292,7 @@ class Controller {
     double kv_share;
     std::string tenant;
     std::size_t rank = 0;  // the candidate it was admitted for
+    double p = 0;          // its chance of being consumed, as priced (1 for an emitted winner)
   };
 
   // The price still charged for the branch's fill of candidate `rank`, now given back (0 when
@@ -325,6 +326,7 @@ class Controller {
   std::unordered_map<ReservationId, Reservation> reservations_;
   ReservationId next_reservation_ = 1;
   int fills_in_flight_ = 0;
+  double demanded_ = 0;  // the reservations' p, summed (LoadView::demanded)
   std::unordered_map<std::string, Account> accounts_;  // by tenant
   double kv_reserved_ = 0;
   double top_density_ = 0;  // EWMA of each branch's best utility per ms of slot time

@@ -27,6 +27,9 @@ struct LoadView {
   // The engines' KV pool in use, canonical and fills together, as they report it (0: not
   // reported). The KV price is the interference's slope at this occupancy.
   double engine_kv = 0;
+  // The fills in flight weighted by each one's chance of being consumed (its p at admission):
+  // work a caller will wait for, as canonical requests are.
+  double demanded = 0;
   friend bool operator==(const LoadView&, const LoadView&) = default;
 };
 

@@ -13,9 +13,13 @@ double clamp01(double x) {
 
 Prices PriceCurves::at(const LoadView& v) const {
   const double rho = clamp01(v.rho);
-  const double canonical = rho * p_.decode_slots;   // canonical requests in flight
-  const double per_batch = canonical / p_.batches;  // ... in the batch a fill joins
+  const double canonical = rho * p_.decode_slots;  // canonical requests in flight
   const double fills = clamp01(v.fill) * fill_slots_;
+  // The work a fill delays that a caller waits for: the canonical requests, and the fills in
+  // flight as likely to be consumed as their p says (a consumed fill is a caller's request
+  // started early; stretching it delays that caller as much). Fills are slot use either way.
+  const double waited = canonical + std::clamp(v.demanded, 0.0, fills);
+  const double per_batch = waited / p_.batches;  // ... in the batch a fill joins
   const double slot_use = std::min((canonical + fills) / p_.decode_slots, p_.max_utilization);
   // The stretch grows with all the KV in use (Fig. 5b's fit, k^1.52), so one more token costs
   // most where the pool is already full: the slope at the occupancy the engines report, or at
@@ -25,15 +29,15 @@ Prices PriceCurves::at(const LoadView& v) const {
   const double kv_use = std::min(in_use, p_.max_utilization);
   const InterferenceModel& m = p_.interference;
   Prices out;
-  // Per fill: its own stretch of its batch's canonical requests, plus the one-off sharing
-  // overhead of a canonical request alone in its batch (at most one per batch), spread over
-  // the fill budget.
+  // Per fill: its own stretch of the waited-for work in its batch, plus the one-off sharing
+  // overhead of a request alone in its batch (at most one per batch), spread over the fill
+  // budget.
   out.slot = (per_batch * m.per_request +
-              std::min(canonical, p_.batches) * m.sharing_overhead / fill_slots_) /
+              std::min(waited, p_.batches) * m.sharing_overhead / fill_slots_) /
              (1.0 - slot_use);
-  out.kv = canonical * m.kv_marginal(share) / (1.0 - kv_use);
-  // The direct stall: every canonical request decoding in the batch the prompt joins waits for
-  // it. (Steepening it near capacity, as the slot price is, overpriced fills at moderate load:
+  out.kv = waited * m.kv_marginal(share) / (1.0 - kv_use);
+  // The direct stall: every waited-for request decoding in the batch the prompt joins waits
+  // for it. (Steepening it near capacity, as the slot price is, overpriced fills at moderate load:
   // docs/benchmarks.md, "Prompts priced".)
   out.prefill = per_batch * p_.prefill_ms_per_token;
   return out;

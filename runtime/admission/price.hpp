@@ -7,8 +7,11 @@
 //
 // Both curves come from the interference model fitted to the paper's Figure 5b
 // (runtime/interference.hpp), the same model the simulated engine runs. A fill joins one decode
-// batch (one worker's), and the stretch it causes falls on the canonical requests of that batch
-// alone: rho * decode slots / batches of them.
+// batch (one worker's), and the stretch it causes falls on the requests of that batch alone.
+// The requests that count are those a caller waits for: the canonical ones (rho * decode
+// slots), and the fills in flight weighted by their chance of being consumed
+// (LoadView::demanded), since a consumed fill is a caller's request started early. Below,
+// "canonical request" means either.
 //   - slots: each co-resident request stretches every co-running canonical request of its batch
 //     by a = 0.025%. The one-off 4.5% that any sharing costs falls only on a canonical request
 //     that had its batch to itself: at most one per batch, so at most `batches` of them in all,

@@ -134,6 +134,29 @@ TEST_F(ControllerTest, AdmitReservesAndReleaseReturns) {
   EXPECT_EQ(ctl.fills_in_flight(), 0);
 }
 
+// The load view counts the fills in flight by their chance of being consumed (the p each was
+// admitted at; 1 for an emitted winner), so the prices charge new fills for delaying them.
+TEST_F(ControllerTest, TheViewWeighsTheFillsInFlightByTheirChanceOfBeingConsumed) {
+  Controller ctl(clock_, config());
+  ctl.observe_load(0.1, 0);
+  ASSERT_TRUE(ctl.open_branch(1, kClass).open);
+  const std::vector<Candidate> cands = {{0, 3000, Footprint{1500, 0.001}},
+                                        {1, 3000, Footprint{1500, 0.001}}};
+  const FillDecision d = ctl.admit(1, cands, 2);
+  ASSERT_EQ(d.admitted.size(), 2u);
+  EXPECT_NEAR(ctl.view().demanded, d.admitted[0].p + d.admitted[1].p, 1e-12);
+  EXPECT_GT(ctl.view().demanded, 0);
+  const std::optional<FillChoice> emitted =
+      ctl.admit_emitted(1, Candidate{2, 3000, Footprint{1500, 0.001}});
+  ASSERT_TRUE(emitted.has_value());
+  EXPECT_NEAR(ctl.view().demanded, d.admitted[0].p + d.admitted[1].p + 1, 1e-12);
+  ctl.release(d.admitted[0].reservation);
+  EXPECT_NEAR(ctl.view().demanded, d.admitted[1].p + 1, 1e-12);
+  ctl.release(emitted->reservation);
+  ctl.release(d.admitted[1].reservation);
+  EXPECT_EQ(ctl.view().demanded, 0);
+}
+
 // When a branch ends while Action 1 is answering, the fills it was granted never start and
 // nobody releases their reservations: its settlement must, or the budget drains for good.
 TEST_F(ControllerTest, SettleReturnsTheReservationsTheBranchStillHolds) {

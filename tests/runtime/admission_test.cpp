@@ -205,6 +205,37 @@ TEST(Prices, FillsCountAsSlotUseNotAsScarcity) {
   EXPECT_EQ(curves.at(LoadView{1.0, 0, 0}).slot, 0);
 }
 
+// A fill likely to be consumed is a caller's request started early: another fill that stretches
+// it delays that caller as much as it would a canonical request. It counts among the work the
+// slot, KV and prompt prices are charged for, weighted by its chance of being consumed, and as
+// slot use once (it is one of the fills). An idle engine with fills nobody will read is free.
+TEST(Prices, FillsLikelyToBeConsumedCountAsWorkACallerWaitsFor) {
+  PriceCurves curves;  // 64 slots, 16 fills
+  curves.set_prefill(0.157, 4);
+  LoadView v{0.5, 0, 0.1};  // 6.4 canonical requests, 8 fills in flight
+  v.engine_kv = 0.2;
+  LoadView likely = v;
+  likely.demanded = 6;  // 6 of the 8 fills are expected to be consumed
+  const Prices b = curves.at(likely);
+  const double waited = 6.4 + 6;
+  const double u = (6.4 + 8) / 64;  // the 8 fills are slot use, counted once
+  EXPECT_NEAR(b.slot, (waited / 4 * 0.00025 + 4 * 0.045 / 16) / (1 - u), 1e-12);
+  EXPECT_NEAR(b.kv, waited * 12.3 * 1.52 * std::pow(0.2, 0.52) / (1 - 0.2), 1e-9);
+  EXPECT_NEAR(b.prefill, waited / 4 * 0.157, 1e-12);
+  EXPECT_GT(b.kv, curves.at(v).kv);
+  // More expected consumption than fills in flight is clamped to the fills.
+  LoadView over = v;
+  over.demanded = 50;
+  LoadView all = v;
+  all.demanded = 8;
+  EXPECT_EQ(curves.at(over).slot, curves.at(all).slot);
+  // No canonical work and no fill anyone will read: nothing to delay.
+  LoadView unread{0.5, 0, 0};
+  EXPECT_EQ(curves.cost(unread, Footprint{2000, 0.005, 300}), 0);
+  unread.demanded = 2;
+  EXPECT_GT(curves.cost(unread, Footprint{2000, 0.005, 300}), 0);
+}
+
 // The interference grows with all the KV in use, canonical requests' too: on a pool the
 // engines report 60% full, a unit of KV is priced at the curve's slope at 60%, not at the
 // fills' own 3% floor, and steepened by the 60% in use; unreported, the fills' share stands.
@@ -259,8 +290,10 @@ RC_GTEST_PROP(Prices, AreMonotoneComponentwise, ()) {
   PriceCurves curves;
   curves.set_prefill(*rc::gen::inRange(0, 1000) / 1000.0, *rc::gen::inRange(1, 9));
   const auto unit = [] { return *rc::gen::inRange(0, 1001) / 1000.0; };
-  const LoadView a{unit(), unit(), unit(), unit()};
+  LoadView a{unit(), unit(), unit(), unit()};
+  a.demanded = unit() * 16;  // up to the whole default fill budget
   LoadView b = a;
+  b.demanded = a.demanded + unit() * 4;
   b.fill = std::min(1.0, a.fill + unit() / 4);
   b.kv = std::min(1.0, a.kv + unit() / 4);
   b.rho = std::min(1.0, a.rho + unit() / 4);
