@@ -1,6 +1,8 @@
 #include "protocols/protocols.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <set>
 #include <utility>
@@ -66,6 +68,32 @@ struct Refuse {
 
 void want(bool ok, const std::string& param, std::string_view what) {
   if (!ok) refuse("`" + param + "` must be " + std::string(what), param);
+}
+
+// An object's "type" in the caller's request: `fallback` when absent or null, a refusal naming
+// it when it is anything but a string (json::value would throw out of the translation).
+std::string type_of(const json& o, const std::string& at, const char* fallback = "") {
+  const json* t = field(o, "type");
+  if (!t) return fallback;
+  want(t->is_string(), at + ".type", "a string");
+  return t->get<std::string>();
+}
+
+// A member of an engine's answer read leniently: the fallback unless it has the expected type.
+std::string string_or(const json& o, const char* name, std::string fallback = "") {
+  const auto it = o.find(name);
+  return it != o.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
+int index_or(const json& o, const char* name, int fallback) {
+  const auto it = o.find(name);
+  if (it == o.end() || !it->is_number_integer()) return fallback;
+  if (it->is_number_unsigned())
+    return it->get<std::uint64_t>() <= std::numeric_limits<int>::max() ? it->get<int>() : fallback;
+  const auto v = it->get<std::int64_t>();
+  return v >= std::numeric_limits<int>::min() && v <= std::numeric_limits<int>::max()
+             ? static_cast<int>(v)
+             : fallback;
 }
 
 // A tool-call's arguments as JSON text, as chat carries them.
@@ -147,7 +175,7 @@ json tool_result_content(const json& block, const std::string& at) {
     const json& b = (*c)[k];
     const std::string bat = at + ".content[" + std::to_string(k) + "]";
     want(b.is_object(), bat, "an object");
-    const std::string type = b.value("type", "");
+    const std::string type = type_of(b, bat);
     if (type == "text")
       parts.push_back(text_block(b, bat));
     else if (type == "image")
@@ -168,7 +196,7 @@ void user_message(const json& content, const std::string& at, json& out) {
     const json& b = content[k];
     const std::string bat = at + "[" + std::to_string(k) + "]";
     want(b.is_object(), bat, "an object");
-    const std::string type = b.value("type", "");
+    const std::string type = type_of(b, bat);
     if (type == "text") {
       parts.push_back(text_block(b, bat));
     } else if (type == "image") {
@@ -197,7 +225,7 @@ void assistant_message(const json& content, const std::string& at, json& out) {
     const json& b = content[k];
     const std::string bat = at + "[" + std::to_string(k) + "]";
     want(b.is_object(), bat, "an object");
-    const std::string type = b.value("type", "");
+    const std::string type = type_of(b, bat);
     if (type == "text") {
       parts.push_back(text_block(b, bat));
     } else if (type == "tool_use") {
@@ -258,7 +286,7 @@ json messages_tools(const json& tools) {
 
 void messages_tool_choice(const json& choice, json& chat) {
   want(choice.is_object(), "tool_choice", "an object");
-  const std::string type = choice.value("type", "");
+  const std::string type = type_of(choice, "tool_choice");
   if (type == "auto") {
     chat["tool_choice"] = "auto";
   } else if (type == "any") {
@@ -301,7 +329,7 @@ json messages_to_chat(const json& body) {
       std::vector<json> parts;
       for (std::size_t k = 0; k < sys->size(); ++k) {
         const std::string at = "system[" + std::to_string(k) + "]";
-        want((*sys)[k].is_object() && (*sys)[k].value("type", "") == "text", at, "a text block");
+        want((*sys)[k].is_object() && type_of((*sys)[k], at) == "text", at, "a text block");
         parts.push_back(text_block((*sys)[k], at));
       }
       if (!parts.empty())
@@ -357,7 +385,7 @@ std::string input_text(const json& content, const std::string& at, std::vector<j
     const json& p = content[k];
     const std::string pat = at + "[" + std::to_string(k) + "]";
     want(p.is_object(), pat, "an object");
-    const std::string type = p.value("type", "");
+    const std::string type = type_of(p, pat);
     if (type == "input_text" || type == "output_text" || type == "text") {
       const json* t = field(p, "text");
       want(t && t->is_string(), pat + ".text", "a string");
@@ -383,7 +411,7 @@ json responses_tools(const json& tools) {
     const json& t = tools[i];
     const std::string at = "tools[" + std::to_string(i) + "]";
     want(t.is_object(), at, "an object");
-    const std::string type = t.value("type", "");
+    const std::string type = type_of(t, at);
     if (type != "function")
       refuse("the tool type '" + type +
                  "' runs on OpenAI's side (or needs a grammar) and has no chat completions "
@@ -425,7 +453,7 @@ json responses_to_chat(const json& body) {
       const json& item = (*input)[i];
       const std::string at = "input[" + std::to_string(i) + "]";
       want(item.is_object(), at, "an object");
-      const std::string type = item.value("type", "message");
+      const std::string type = type_of(item, at, "message");
       if (type == "message") {
         const json* role = field(item, "role");
         want(role && role->is_string(), at + ".role", "a string");
@@ -745,7 +773,7 @@ std::optional<ordered_json> answer(Api api, const json& request, const json& cha
     for (const auto& c : *tc) {
       if (!c.is_object()) continue;
       const json fn = c.value("function", json::object());
-      calls.push_back({c.value("id", ""), fn.value("name", ""), fn.value("arguments", "")});
+      calls.push_back({string_or(c, "id"), string_or(fn, "name"), string_or(fn, "arguments")});
     }
   const std::string finish = choice.contains("finish_reason") && choice["finish_reason"].is_string()
                                  ? choice["finish_reason"].get<std::string>()
@@ -1050,7 +1078,7 @@ std::string StreamTranslator::chunk(std::string_view data) {
   const auto choices = c.find("choices");
   if (choices == c.end() || !choices->is_array()) return f;
   for (const auto& choice : *choices) {
-    if (!choice.is_object() || choice.value("index", 0) != 0) continue;
+    if (!choice.is_object() || index_or(choice, "index", 0) != 0) continue;
     const json delta = choice.value("delta", json::object());
     if (delta.contains("content") && delta["content"].is_string()) {
       const std::string piece = delta["content"].get<std::string>();
@@ -1058,7 +1086,7 @@ std::string StreamTranslator::chunk(std::string_view data) {
     }
     if (const auto tc = delta.find("tool_calls"); tc != delta.end() && tc->is_array())
       for (const auto& call : *tc)
-        if (call.is_object()) f += s.call_delta(call.value("index", 0), call);
+        if (call.is_object()) f += s.call_delta(index_or(call, "index", 0), call);
     if (choice.contains("finish_reason") && choice["finish_reason"].is_string())
       s.finish = choice["finish_reason"].get<std::string>();
     if (choice.contains("stop_reason") && choice["stop_reason"].is_string())

@@ -295,6 +295,40 @@ TEST(MessagesAnswer, AStopStringVllmNamesIsAStopSequence) {
             "max_tokens");
 }
 
+// A "type" that is present but not a string is the caller's error, refused naming the field, in
+// every place a request's objects carry one. (json::value threw a type_error out of the
+// translation for it: the HTTP fuzzer's crash with `"tools": [{"type": null}]` and its kin.)
+TEST(Translate, ATypeThatIsNotAStringIsRefusedNotThrown) {
+  const json responses = json::parse(R"({"model": "m", "input": [
+      {"role": "user", "content": [{"type": "input_text", "text": "q"}]}]})");
+  const json messages = json::parse(
+      R"({"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "q"}]})");
+  for (const json& bad : {json(nullptr), json(5), json::array(), json::object()}) {
+    json b = responses;
+    b["tools"] = json::array({{{"type", bad}, {"name", "ls"}}});
+    EXPECT_EQ(refusal_of(Api::responses, b).param, "tools[0].type") << bad.dump();
+    b = responses;
+    b["input"][0]["content"][0]["type"] = bad;
+    EXPECT_FALSE(to_chat(Api::responses, b).ok()) << bad.dump();
+    b = responses;
+    b["input"].push_back({{"type", bad}, {"role", "user"}, {"content", "again"}});
+    if (bad.is_null()) {  // absent: a message, as the API defaults it
+      EXPECT_TRUE(to_chat(Api::responses, b).ok());
+    } else {
+      EXPECT_EQ(refusal_of(Api::responses, b).param, "input[1].type");
+    }
+    b = messages;
+    b["tool_choice"] = {{"type", bad}};
+    EXPECT_EQ(refusal_of(Api::messages, b).param, "tool_choice.type") << bad.dump();
+    b = messages;
+    b["system"] = json::array({{{"type", bad}, {"text", "s"}}});
+    EXPECT_FALSE(to_chat(Api::messages, b).ok()) << bad.dump();
+    b = messages;
+    b["messages"][0]["content"] = json::array({{{"type", bad}, {"text", "q"}}});
+    EXPECT_FALSE(to_chat(Api::messages, b).ok()) << bad.dump();
+  }
+}
+
 TEST(ResponsesAnswer, TextAndToolCallsBecomeOutputItems) {
   const json req = {{"model", "gpt-x"}, {"input", "q"}, {"instructions", "I"}};
   const json r = json::parse(*from_chat(Api::responses, req, chat_whole(true)));
