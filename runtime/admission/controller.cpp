@@ -259,8 +259,7 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
         continue;
       }
       eligible[i] = true;
-      if (budget.fills <= 0 || !feasible(budget, priced[i].footprint) || !hooks.reserve(i))
-        continue;
+      if (!feasible(budget, priced[i].footprint) || !hooks.reserve(i)) continue;  // fills left too
       const double cost = curves_.cost(out.view, priced[i].footprint);
       steps.push_back(Step{i, utility(priced[i], out.view, curves_), cost, false});
       --budget.fills;
