@@ -373,7 +373,10 @@ limits:
   // waited for it past its bound and now runs itself, held too.
   std::future<Reply> hedge() {
     auto routed = rt->complete({"/v1/chat/completions", router, {"hedge", "r1", "router"}});
+    // The router's own request and its branch's fill reach the engine from different actors,
+    // in either order: wait for both before releasing the router.
     hold->wait_held(engines::RequestKind::fill, 1);
+    hold->wait_held(engines::RequestKind::canonical, 1);
     hold->release_kind(engines::RequestKind::canonical);
     const Reply r = routed.get();
     EXPECT_TRUE(r.ok()) << r.error;
