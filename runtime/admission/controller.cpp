@@ -313,12 +313,12 @@ ReservationId Controller::reserve(BranchId branch, double kv, TenantShare tenant
   // Atomic: both the fill count and the KV share, against every branch's reservations.
   const auto [slot_cap, kv_cap] = caps(tenant);
   if (fills_in_flight_ + 1 > static_cast<int>(curves_.fill_slots()) ||
-      kv_reserved_ + kv > config_.prices.kv_budget) {
+      kv_reserved_ + kv > config_.prices.kv_budget + kKvSlack) {
     ++stats_.reservations_refused;
     return 0;
   }
   auto& acc = accounts_[std::string(tenant.tenant)];
-  if (acc.fills + 1 > slot_cap || acc.kv_share + kv > kv_cap + 1e-12) {
+  if (acc.fills + 1 > slot_cap || acc.kv_share + kv > kv_cap + kKvSlack) {
     if (acc.fills == 0) accounts_.erase(std::string(tenant.tenant));
     ++stats_.reservations_refused;
     ++stats_.share_refused;

@@ -17,7 +17,7 @@ std::optional<double> threshold(double gain_ms, double cost_ms) {
 }
 
 bool feasible(const Budget& b, const Footprint& f) {
-  return b.fills >= 1 && f.kv_share <= b.kv_share;
+  return b.fills >= 1 && f.kv_share <= b.kv_share + kKvSlack;
 }
 
 std::vector<Step> sequential_repricing(std::span<const PricedCandidate> candidates, LoadView v,

@@ -44,6 +44,11 @@ struct Budget {
   double kv_share = 0;  // KV share of the pool that may still be reserved
 };
 
+// KV shares are sums and differences of doubles: a footprint that fills the budget left
+// exactly must not be refused for the rounding of the subtractions before it (0.3 - 0.1 - 0.1
+// is just under 0.1). Every KV comparison of admission allows this much.
+inline constexpr double kKvSlack = 1e-12;
+
 bool feasible(const Budget& b, const Footprint& f);
 
 struct Step {

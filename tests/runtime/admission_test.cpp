@@ -372,6 +372,21 @@ TEST(SequentialRepricing, HardFeasibilityBinds) {
   EXPECT_EQ(kv_bound[1].index, 2u);
 }
 
+// KV shares that fill the budget exactly fit, whatever the rounding of the subtractions
+// before them: 0.3 - 0.1 - 0.1 is just under 0.1 in doubles.
+TEST(SequentialRepricing, FootprintsThatFillTheKvBudgetExactlyAllFit) {
+  const PriceCurves curves;
+  const std::vector<PricedCandidate> c = {
+      {0.9, 3000, Footprint{500, 0.1}},
+      {0.9, 3000, Footprint{500, 0.1}},
+      {0.9, 3000, Footprint{500, 0.1}},
+  };
+  ASSERT_LT(0.3 - 0.1 - 0.1, 0.1);
+  EXPECT_EQ(sequential_repricing(c, LoadView{}, curves, Budget{8, 0.3}).size(), 3u);
+  EXPECT_EQ(exact_oracle(c, LoadView{}, curves, Budget{8, 0.3}).order.size(), 3u);
+  EXPECT_EQ(admit_fills(c, LoadView{}, curves, Budget{8, 0.3}).size(), 3u);
+}
+
 TEST(SequentialRepricing, AFailedReservationRefusesOnlyThatCandidate) {
   const PriceCurves curves;
   const std::vector<PricedCandidate> c = {{0.9, 3000, Footprint{500, 0.01}},
@@ -475,7 +490,8 @@ RC_GTEST_PROP(Oracle, EqualsBruteForceOverOrderedSubsets, ()) {
         kv += s.candidates[i].footprint.kv_share;
       }
     }
-    if (static_cast<int>(order.size()) > s.budget.fills || kv > s.budget.kv_share + 1e-12) continue;
+    if (static_cast<int>(order.size()) > s.budget.fills || kv > s.budget.kv_share + kKvSlack)
+      continue;
     do {
       best = std::max(best, sequence_utility(s.candidates, order, s.view, curves));
     } while (std::next_permutation(order.begin(), order.end()));
@@ -503,7 +519,7 @@ RC_GTEST_PROP(AdmitFills, NeverWorseThanAlgorithm1AndWithinBudget, ()) {
   double kv = 0;
   for (const Step& st : gate)
     kv += s.candidates[st.index].footprint.kv_share;
-  RC_ASSERT(kv <= s.budget.kv_share + 1e-12);
+  RC_ASSERT(kv <= s.budget.kv_share + kKvSlack);
   const OracleResult o = exact_oracle(s.candidates, s.view, curves, s.budget);
   RC_ASSERT(j(gate) <= o.best + 1e-6 * std::max(1.0, o.best));
 }
