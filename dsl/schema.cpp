@@ -111,14 +111,14 @@ struct Language {
   Type window = enum_of({"decode", "user"});
   Type promotion = enum_of({"exclusive", "independent"});
   Type share = enum_of({"tenant", "global"});
-  Type request = [this] {
+  Type request = [] {
     Type t = scalar(TypeKind::any);
     t.doc =
         "The request body the harness sends for this stage, without `model` and `params`. "
         "Strings are mustache templates over the workflow's variables.";
     return t;
   }();
-  Type arguments = [this] {
+  Type arguments = [] {
     Type t = scalar(TypeKind::any);
     t.doc = "The JSON arguments the harness sends to the tool. Strings are mustache templates.";
     return t;
