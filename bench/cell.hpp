@@ -3,6 +3,7 @@
 // the statistics over its runs. Internal to bench/.
 #pragma once
 
+#include "bench/driver.hpp"
 #include "bench/openloop.hpp"
 #include "bench/workloads.hpp"
 #include "dsl/lint.hpp"
@@ -72,6 +73,23 @@ Graphs load_graphs(const std::string& templates, const std::vector<std::string>&
 
 // The floor first, then the arms asked for (every arm when none is).
 std::vector<std::string> arms_with_floor(const std::vector<std::string>& asked);
+
+// Adds up a cell's answer time per (stage, how served), one measured run at a time, in the
+// order pairs first appear; stage_times() divides by the runs added.
+class StageTally {
+ public:
+  void add(const RunResult& run);
+  std::vector<StageTime> stage_times() const;
+
+ private:
+  struct Sum {
+    std::string stage, served;
+    std::size_t calls = 0;
+    double seconds = 0;
+  };
+  std::vector<Sum> sums_;
+  std::size_t runs_ = 0;
+};
 
 // A cell's figures from its runs (latency -1: failed, with its error): completed, failures and
 // the first one, mean/p50/p99 over the measured runs, accuracy against cx.floor_bodies.

@@ -150,6 +150,35 @@ double seconds(Duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
+void StageTally::add(const RunResult& run) {
+  ++runs_;
+  for (const Step& step : run.steps) {
+    const std::string served(to_string(step.reply.served));
+    auto it = std::find_if(sums_.begin(), sums_.end(), [&](const Sum& s) {
+      return s.stage == step.stage && s.served == served;
+    });
+    if (it == sums_.end()) it = sums_.insert(sums_.end(), Sum{step.stage, served, 0, 0});
+    ++it->calls;
+    it->seconds += seconds(step.latency);
+  }
+}
+
+std::vector<StageTime> StageTally::stage_times() const {
+  std::vector<StageTime> out;
+  if (runs_ == 0) return out;
+  const double runs = static_cast<double>(runs_);
+  for (const Sum& s : sums_) {
+    StageTime t;
+    t.stage = s.stage;
+    t.served = s.served;
+    t.calls = static_cast<double>(s.calls) / runs;
+    t.mean_s = s.calls ? s.seconds / static_cast<double>(s.calls) : 0;
+    t.per_run_s = s.seconds / runs;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 // One run's engine-driven resolution windows over the downstream work they hold up: the answer
 // latency of each model stage that decides, against the stages after it in its repetition.
 // -1 when the run has no such window.
@@ -546,12 +575,14 @@ CellResult run_cell(const CellContext& cx) {
   Bodies bodies(n);
   std::size_t done = 0;
   std::vector<double> finished_at(n, -1);
+  StageTally stage_tally;
   ProgressBar bar(o.progress, o.progress_style, cx.label, n);
   const double start_s = world.now_s();
   for (std::size_t i = 0; i < n; ++i) {
     world.at(t.arrival_s[i], [&, i] {
       const double arrived = world.now_s();
       drive_one(w.runs[i], [&, i, arrived](RunResult rr, double user_turn_s) {
+        if (rr.ok() && i >= cx.measure_from && i < cx.measure_to) stage_tally.add(rr);
         if (rr.ok()) {
           if (cx.finished_at_out) finished_at[i] = world.now_s() - start_s;
           latency[i] = w.workflow == "hci" ? user_turn_s : world.now_s() - arrived;
@@ -576,6 +607,7 @@ CellResult run_cell(const CellContext& cx) {
   const auto counters = engine->counters();
 
   tally_runs(cx, latency, errors, bodies, res);
+  res.stages = stage_tally.stage_times();
   std::vector<double> ratios;
   for (const double r : window_ratio)
     if (r >= 0) ratios.push_back(r);
@@ -671,6 +703,42 @@ std::string rate_label(double r) {
 
 using namespace detail;
 
+json StageTime::to_json() const {
+  return {{"stage", stage},
+          {"served", served},
+          {"calls_per_run", calls},
+          {"mean_s", mean_s},
+          {"s_per_run", per_run_s}};
+}
+
+json stage_times_json(const std::vector<StageTime>& stages) {
+  json out = json::array();
+  for (const auto& s : stages)
+    out.push_back(s.to_json());
+  return out;
+}
+
+std::vector<StageTime> mean_stage_times(const std::vector<std::vector<StageTime>>& cells) {
+  std::vector<StageTime> out;
+  if (cells.empty()) return out;
+  for (const auto& cell : cells)
+    for (const StageTime& t : cell) {
+      auto it = std::find_if(out.begin(), out.end(), [&](const StageTime& o) {
+        return o.stage == t.stage && o.served == t.served;
+      });
+      if (it == out.end()) it = out.insert(out.end(), StageTime{t.stage, t.served, 0, 0, 0});
+      it->calls += t.calls;
+      it->per_run_s += t.per_run_s;
+    }
+  const double n = static_cast<double>(cells.size());
+  for (StageTime& t : out) {
+    t.calls /= n;
+    t.per_run_s /= n;
+    t.mean_s = t.calls > 0 ? t.per_run_s / t.calls : 0;
+  }
+  return out;
+}
+
 json CellResult::to_json() const {
   return {{"workload", workload},
           {"rate", rate},
@@ -697,6 +765,7 @@ json CellResult::to_json() const {
           {"gate_open_share", gate_open_share},
           {"gate_audit_share", gate_audit_share},
           {"window_over_downstream", window_over_downstream},
+          {"stages", stage_times_json(stages)},
           {"wall_s", wall_s}};
 }
 

@@ -68,6 +68,25 @@ struct BenchOptions {
   ProgressStyle progress_style = ProgressStyle::bar;
 };
 
+// Where a cell's answer time went: the calls of one stage, served one way (engine: executed
+// for the call; fill: a speculative result the call promoted; cache: the library or a harness
+// cache), over the measured runs. The sum over a run's calls is not its latency when calls run
+// side by side or a user thinks between them; it shows which stages an arm made faster or
+// slower, and how.
+struct StageTime {
+  std::string stage;
+  std::string served;    // engine, fill or cache
+  double calls = 0;      // per measured run
+  double mean_s = 0;     // mean answer latency of those calls (simulated seconds)
+  double per_run_s = 0;  // calls x mean_s
+  nlohmann::json to_json() const;
+};
+
+// The mean over cells (seeds) of their stage times: a (stage, served) pair a cell lacks counts
+// as no calls there. In the order the pairs first appear.
+std::vector<StageTime> mean_stage_times(const std::vector<std::vector<StageTime>>& cells);
+nlohmann::json stage_times_json(const std::vector<StageTime>& stages);
+
 struct CellResult {
   std::string workload;
   double rate = 0;
@@ -104,6 +123,7 @@ struct CellResult {
   double window_over_downstream = -1;
   double wall_s = 0;  // real seconds the cell took
   std::string first_failure;
+  std::vector<StageTime> stages;  // the measured runs' answer time, by stage and how served
   nlohmann::json to_json() const;
 };
 

@@ -132,7 +132,9 @@ SweepPoint over_seeds(const std::vector<CellResult>& cells) {
   SweepPoint p;
   p.seeds = cells.size();
   std::vector<double> means, p50, p99, ratio, issued, consumed, wasted, gate, drafts, drafting;
+  std::vector<std::vector<StageTime>> stages;
   for (const auto& c : cells) {
+    stages.push_back(c.stages);
     means.push_back(c.mean_s);
     p50.push_back(c.p50_s);
     p99.push_back(c.p99_s);
@@ -157,6 +159,7 @@ SweepPoint over_seeds(const std::vector<CellResult>& cells) {
   p.gate_open_share = gate.empty() ? -1 : mean(gate);
   p.draft_samples = mean(drafts);
   p.drafting_engine_s = mean(drafting);
+  p.stages = mean_stage_times(stages);
   return p;
 }
 
@@ -275,6 +278,7 @@ json SweepRecord::to_json() const {
             {"requests", cell.requests},
             {"completed", cell.completed},
             {"failures", cell.failures},
+            {"stages", stage_times_json(cell.stages)},
             {"wall_s", cell.wall_s}};
   if (http)
     j["http"] = {{"mean_s", http->mean_s},
@@ -311,7 +315,8 @@ json SweepPoint::to_json() const {
             {"gate_open_share", gate_open_share},
             {"draft_samples", draft_samples},
             {"drafting_engine_s", drafting_engine_s},
-            {"failures", failures}};
+            {"failures", failures},
+            {"stages", stage_times_json(stages)}};
   if (http)
     j["http"] = {{"seeds", http->seeds},
                  {"mean_s", http->mean_s},
@@ -416,6 +421,56 @@ SweepResult run_sweep(const SweepOptions& o) {
   return out;
 }
 
+// Where each arm's answer time went, at the highest load swept up to kStageTableLoad (the
+// targets compare arms up to there; the lowest load if every load is above): per stage, the
+// seconds per run of its calls served by the engine / a fill / a cache.
+constexpr double kStageTableLoad = 0.85;
+
+void stage_table(std::ostream& md, const SweepResult& r, const std::string& workload,
+                 const std::vector<std::string>& arms, const std::vector<double>& loads) {
+  std::optional<double> at;
+  for (const double load : loads)
+    if (find_point(r, workload, load, "floor") && load <= kStageTableLoad + 1e-9 &&
+        (!at || load > *at))
+      at = load;
+  if (!at)
+    for (const double load : loads)
+      if (find_point(r, workload, load, "floor") && (!at || load < *at)) at = load;
+  if (!at) return;
+  std::vector<std::string> stages;
+  for (const auto& a : arms)
+    if (const SweepPoint* p = find_point(r, workload, *at, a))
+      for (const StageTime& t : p->stages)
+        if (std::find(stages.begin(), stages.end(), t.stage) == stages.end())
+          stages.push_back(t.stage);
+  if (stages.empty()) return;
+  md << "\nAnswer time per run at load " << *at
+     << ", by stage: seconds of its calls served by the engine / a fill / a cache (the calls' "
+        "answer times added up; calls side by side overlap in a run's latency):\n\n| arm |";
+  for (const auto& s : stages)
+    md << ' ' << s << " |";
+  md << "\n|---|";
+  for (std::size_t i = 0; i < stages.size(); ++i)
+    md << "---|";
+  md << '\n';
+  for (const auto& a : arms) {
+    const SweepPoint* p = find_point(r, workload, *at, a);
+    if (!p) continue;
+    md << "| " << a << " |";
+    for (const auto& stage : stages) {
+      const auto seconds_of = [&](const char* served) {
+        double sum = 0;
+        for (const StageTime& t : p->stages)
+          if (t.stage == stage && t.served == served) sum += t.per_run_s;
+        return fixed(sum);
+      };
+      md << ' ' << seconds_of("engine") << " / " << seconds_of("fill") << " / "
+         << seconds_of("cache") << " |";
+    }
+    md << '\n';
+  }
+}
+
 std::string format_sweep(const SweepOptions& o, const SweepResult& r) {
   std::ostringstream md;
   heading(md, ("dynrt bench " + o.command).c_str(), o);
@@ -501,6 +556,7 @@ std::string format_sweep(const SweepOptions& o, const SweepResult& r) {
             return fixed(p.draft_samples) + ", " + fixed(p.drafting_engine_s) + " s, " +
                    (p.gate_open_share < 0 ? std::string("–") : fixed(p.gate_open_share));
           });
+    stage_table(md, r, name, arms, o.loads);
     // In process against over HTTP (--http).
     bool http_any = false;
     for (const double load : o.loads)

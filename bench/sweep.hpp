@@ -98,6 +98,7 @@ struct SweepPoint {  // one (workload, load, arm) over the seeds
   double draft_samples = 0;  // drafter samples per run, and their engine-seconds
   double drafting_engine_s = 0;
   std::size_t failures = 0;
+  std::vector<StageTime> stages;  // means over seeds (mean_stage_times)
   // The same figures over HTTP (--http); null when the arm was not run there.
   std::shared_ptr<const SweepPoint> http;
   nlohmann::json to_json() const;

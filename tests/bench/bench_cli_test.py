@@ -90,6 +90,24 @@ with tempfile.TemporaryDirectory() as tmp:
               (rec["arm"], rec["load"], missing))
         check(rec["accuracy"] == 1.0 and rec["failures"] == 0,
               "sweep %s at %s answers like the floor" % (rec["arm"], rec["load"]))
+    # Where the answer time went: per stage and how each call was served, over the measured
+    # runs. The floor runs everything on the engine; full serves some calls from fills.
+    served_fill = False
+    for rec in doc["records"]:
+        stages = rec.get("stages", [])
+        check(stages and all(abs(s["s_per_run"] - s["calls_per_run"] * s["mean_s"]) < 1e-9
+                             for s in stages),
+              "sweep record %s/%s says where its time went" % (rec["arm"], rec["load"]))
+        if rec["arm"] == "floor":
+            check({s["served"] for s in stages} == {"engine"},
+                  "the floor's calls all ran on the engine")
+        served_fill = served_fill or any(s["served"] == "fill" and s["calls_per_run"] > 0
+                                         for s in stages)
+    check(served_fill, "some of full's calls are served by fills")
+    check(all("stages" in p for p in doc["points"]), "every point says where its time went")
+    with open(os.path.join(sweep_out, "results.md")) as f:
+        check("Answer time per run at load 0.1, by stage" in f.read(),
+              "results.md tables the answer time at the highest load swept")
     sat = doc["saturation"]["routing"]["rate"]
     check(sat > 0, "the floor's saturation rate is measured (%s runs/s)" % sat)
     check(all(abs(rec["rate"] - rec["load"] * sat) < 1e-9 for rec in doc["records"]),
