@@ -631,6 +631,11 @@ CellResult run_cell(const CellContext& cx) {
   res.draft_samples = static_cast<double>(st.draft_samples) * per;
   res.drafting_engine_s = st.engine_ms_drafting / 1000.0 * per;
   const auto& gate = st.admission;
+  if (gate.fills_admitted > 0) {
+    const double admitted = static_cast<double>(gate.fills_admitted);
+    res.fill_p = gate.admitted_p / admitted;
+    res.fill_used_share = static_cast<double>(gate.fills_used) / admitted;
+  }
   if (const auto decided = gate.branches_opened + gate.branches_closed; decided > 0) {
     res.gate_open_share = static_cast<double>(gate.branches_opened) / static_cast<double>(decided);
     res.gate_audit_share = gate.branches_opened ? static_cast<double>(gate.generation_audits) /
@@ -764,6 +769,8 @@ json CellResult::to_json() const {
           {"requeued_per_request", requeued},
           {"gate_open_share", gate_open_share},
           {"gate_audit_share", gate_audit_share},
+          {"fill_p", fill_p},
+          {"fill_used_share", fill_used_share},
           {"window_over_downstream", window_over_downstream},
           {"stages", stage_times_json(stages)},
           {"wall_s", wall_s}};

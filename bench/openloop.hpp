@@ -117,6 +117,10 @@ struct CellResult {
   // share an audit opened; -1 when the arm made no decision (no fills).
   double gate_open_share = -1;
   double gate_audit_share = -1;
+  // The fill gate's calibration: the mean p it weighed its admitted fills by, and the share of
+  // them that served their branch's selection; -1 when it admitted none.
+  double fill_p = -1;
+  double fill_used_share = -1;
   // The median over runs of (engine-driven resolution windows) / (the downstream work after
   // them), from the answers' latencies: a model stage that decides, against the stages after
   // it in the same repetition. -1 when the trace has none (HCI: the window is the user's).

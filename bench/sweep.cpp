@@ -133,8 +133,13 @@ SweepPoint over_seeds(const std::vector<CellResult>& cells) {
   p.seeds = cells.size();
   std::vector<double> means, p50, p99, ratio, issued, consumed, wasted, gate, drafts, drafting;
   std::vector<std::vector<StageTime>> stages;
+  std::vector<double> fill_p, fill_used;
   for (const auto& c : cells) {
     stages.push_back(c.stages);
+    if (c.fill_p >= 0) {
+      fill_p.push_back(c.fill_p);
+      fill_used.push_back(c.fill_used_share);
+    }
     means.push_back(c.mean_s);
     p50.push_back(c.p50_s);
     p99.push_back(c.p99_s);
@@ -160,6 +165,8 @@ SweepPoint over_seeds(const std::vector<CellResult>& cells) {
   p.draft_samples = mean(drafts);
   p.drafting_engine_s = mean(drafting);
   p.stages = mean_stage_times(stages);
+  p.fill_p = fill_p.empty() ? -1 : mean(fill_p);
+  p.fill_used_share = fill_used.empty() ? -1 : mean(fill_used);
   return p;
 }
 
@@ -275,6 +282,8 @@ json SweepRecord::to_json() const {
             {"drafting_engine_s", cell.drafting_engine_s},
             {"gate_open_share", cell.gate_open_share},
             {"gate_audit_share", cell.gate_audit_share},
+            {"fill_p", cell.fill_p},
+            {"fill_used_share", cell.fill_used_share},
             {"requests", cell.requests},
             {"completed", cell.completed},
             {"failures", cell.failures},
@@ -313,6 +322,8 @@ json SweepPoint::to_json() const {
             {"fills_consumed", fills_consumed},
             {"wasted_engine_s", wasted_engine_s},
             {"gate_open_share", gate_open_share},
+            {"fill_p", fill_p},
+            {"fill_used_share", fill_used_share},
             {"draft_samples", draft_samples},
             {"drafting_engine_s", drafting_engine_s},
             {"failures", failures},
@@ -543,6 +554,13 @@ std::string format_sweep(const SweepOptions& o, const SweepResult& r) {
               return fixed(p.fills_issued) + " / " + fixed(p.fills_consumed) + ", " +
                      fixed(p.wasted_engine_s) + " s";
             });
+    per_arm(
+        "The fill gate's mean p for the fills it admitted / the share of them that served "
+        "their branch's selection",
+        [](const SweepPoint& p) {
+          return p.fill_p < 0 ? std::string("–")
+                              : fixed(p.fill_p) + " / " + fixed(p.fill_used_share);
+        });
     // A drafter's cost (templates whose candidates a draft model samples), and how often the
     // generation gate let it run.
     bool drafted = false;

@@ -95,6 +95,8 @@ struct SweepPoint {  // one (workload, load, arm) over the seeds
   double fills_consumed = 0;
   double wasted_engine_s = 0;
   double gate_open_share = -1;
+  double fill_p = -1;  // means over the seeds that admitted fills (CellResult)
+  double fill_used_share = -1;
   double draft_samples = 0;  // drafter samples per run, and their engine-seconds
   double drafting_engine_s = 0;
   std::size_t failures = 0;

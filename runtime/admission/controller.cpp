@@ -293,6 +293,7 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
     b->charged.emplace_back(r.rank, s.cost_ms);
     b->y -= s.cost_ms;  // Eq. 4: the fills this branch enabled
     ++b->admitted;
+    stats_.admitted_p += r.p;
     stats_.fill_audits += s.audit ? 1 : 0;
   }
   stats_.fills_admitted += steps.size();
@@ -351,6 +352,7 @@ std::optional<FillChoice> Controller::admit_emitted(BranchId branch, const Candi
   ++b->admitted;
   ++stats_.fills_admitted;
   ++stats_.emitted_admitted;
+  stats_.admitted_p += 1;
   record_load();
   return FillChoice{0, id, 1.0, candidate.gain_ms, cost, false};
 }
@@ -396,6 +398,7 @@ void Controller::consumed(BranchId branch, std::size_t rank, double saved_ms, do
   Branch* b = find(branch);
   if (!b) return;
   learn_usability(state(b->coordinate), true);
+  if (b->consumed == 0) ++stats_.fills_used;  // a report repeated is one use
   ++b->consumed;
   // Eq. 4: the latency a consumed fill saved, and its price back (see the header).
   revise(branch, latency_saved(saved_ms, wait_ms) + give_back(*b, rank));

@@ -162,6 +162,11 @@ struct AdmissionStats {
   std::uint64_t share_refused = 0;     // ... of which: the tenant held its share of the budget
   std::uint64_t emitted_admitted = 0;  // winners admitted when their decider emitted them
   std::uint64_t reserve_refused = 0;   // candidates worth less than the budget's reserve price
+  // The sum of p over admitted fills (1 for a winner admitted on emission), and how many of
+  // them served the call their branch's selection made (consumed()): over fills_admitted, the
+  // p the gate weighed fills by against the share that were used, a check of its calibration.
+  double admitted_p = 0;
+  std::uint64_t fills_used = 0;
 };
 
 // Whose budget a branch's fills are charged to: a tenant may hold at most `share` of the fill

@@ -270,9 +270,18 @@ TEST(Metrics, EveryMetricHasItsValueInAScriptedScenario) {
   EXPECT_GE(got.at("dynrt_csl_misses_total"), o.emitting_deciders + o.fills + o.done);
   EXPECT_GE(got.at("dynrt_load_envelope"), 0);
   EXPECT_LE(got.at("dynrt_load_envelope"), 1);
+  // The fill gate's p per admitted fill is an estimate in (0, 1]; each branch's winner served
+  // its selection at most once.
+  EXPECT_GT(got.at("dynrt_gate_fills_admitted_p_total"), 0);
+  EXPECT_LE(got.at("dynrt_gate_fills_admitted_p_total"), o.fills);
+  EXPECT_GT(got.at("dynrt_gate_fills_used_total"), 0) << "a winner's fill served its call";
+  EXPECT_LE(got.at("dynrt_gate_fills_used_total"), o.branches);
   const std::set<std::string> bounded = {"dynrt_engine_saved_seconds_total",
                                          "dynrt_engine_wasted_seconds_total",
-                                         "dynrt_csl_misses_total", "dynrt_load_envelope"};
+                                         "dynrt_csl_misses_total",
+                                         "dynrt_load_envelope",
+                                         "dynrt_gate_fills_admitted_p_total",
+                                         "dynrt_gate_fills_used_total"};
   // A metric with no expectation here fails: add its row when you add it.
   for (const auto& [name, value] : got)
     EXPECT_TRUE(exact.count(name) || bounded.count(name)) << name << " has no expected value";

@@ -104,6 +104,15 @@ with tempfile.TemporaryDirectory() as tmp:
         served_fill = served_fill or any(s["served"] == "fill" and s["calls_per_run"] > 0
                                          for s in stages)
     check(served_fill, "some of full's calls are served by fills")
+    # The fill gate's calibration: the mean p of the fills it admitted, and the share used.
+    for rec in doc["records"]:
+        if rec["arm"] == "floor":
+            check(rec["fill_p"] == -1 and rec["fill_used_share"] == -1,
+                  "the floor admits no fill, so it has no p")
+        elif rec["fills_issued"] > 0:
+            check(0 < rec["fill_p"] <= 1 and 0 <= rec["fill_used_share"] <= 1,
+                  "%s at %s says its fills' mean p (%s) and the share used (%s)" %
+                  (rec["arm"], rec["load"], rec["fill_p"], rec["fill_used_share"]))
     check(all("stages" in p for p in doc["points"]), "every point says where its time went")
     with open(os.path.join(sweep_out, "results.md")) as f:
         check("Answer time per run at load 0.1, by stage" in f.read(),

@@ -309,6 +309,41 @@ TEST_F(ControllerTest, AConsumedFillsPriceIsGivenBackTheOthersStayCharged) {
   EXPECT_NEAR(*ctl.branch_return(1), 2000 - kept, 1e-9);
 }
 
+// The stats carry what a check of the gate's calibration needs: the p each admitted fill was
+// weighed by, and how many fills served their branch's selection.
+TEST_F(ControllerTest, StatsAddUpThePOfAdmittedFillsAndTheFillsUsed) {
+  Controller ctl(clock_, config());
+  ctl.observe_load(0.2, 0);
+  ASSERT_TRUE(ctl.open_branch(1, kClass).open);
+  const std::vector<Candidate> cands = {{0, 3000, Footprint{1500, 0.004}},
+                                        {1, 3000, Footprint{1500, 0.004}},
+                                        {2, 3000, Footprint{1500, 0.004}}};
+  const FillDecision d = ctl.admit(1, cands, 2);
+  ASSERT_EQ(d.admitted.size(), 2u);
+  double p = 0;
+  for (const FillChoice& c : d.admitted)
+    p += c.p;
+  EXPECT_GT(p, 0);
+  EXPECT_NEAR(ctl.stats().admitted_p, p, 1e-12);
+  const auto emitted = ctl.admit_emitted(1, cands[2]);
+  ASSERT_TRUE(emitted.has_value());
+  EXPECT_NEAR(ctl.stats().admitted_p, p + 1, 1e-12) << "an emitted winner is admitted at p = 1";
+  EXPECT_EQ(ctl.stats().fills_admitted, 3u);
+  EXPECT_EQ(ctl.stats().fills_used, 0u);
+  ctl.resolve(1, std::size_t{0});
+  ctl.consumed(1, 0, 2000);
+  ctl.consumed(1, 0, 0);  // reported twice: one use
+  EXPECT_EQ(ctl.stats().fills_used, 1u);
+  ctl.settle(1);
+  ASSERT_TRUE(ctl.open_branch(2, kClass).open);
+  const FillDecision e = ctl.admit(2, cands, 1);
+  ASSERT_EQ(e.admitted.size(), 1u);
+  ctl.resolve(2, std::size_t{1});
+  ctl.missed(2, 0, 100);  // a miss is not a use
+  ctl.settle(2);
+  EXPECT_EQ(ctl.stats().fills_used, 1u);
+}
+
 // Resolve on emission: the emitted winner Action 1 left out is admitted at p = 1, past the
 // template's max_fills, charged its price like any fill; only the fill budget stops it.
 TEST_F(ControllerTest, AnEmittedWinnerIsAdmittedAtCertaintyWhileTheBudgetHasRoom) {
