@@ -82,12 +82,7 @@ class StageTally {
   std::vector<StageTime> stage_times() const;
 
  private:
-  struct Sum {
-    std::string stage, served;
-    std::size_t calls = 0;
-    double seconds = 0;
-  };
-  std::vector<Sum> sums_;
+  std::vector<StageTime> sums_;  // calls and per_run_s hold the totals until divided
   std::size_t runs_ = 0;
 };
 

@@ -150,33 +150,37 @@ double seconds(Duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
+// Adds `calls` and `seconds` to the row of (stage, served), appended the first time.
+void add_stage_time(std::vector<StageTime>& rows, const std::string& stage,
+                    const std::string& served, double calls, double seconds) {
+  auto it = std::find_if(rows.begin(), rows.end(), [&](const StageTime& r) {
+    return r.stage == stage && r.served == served;
+  });
+  if (it == rows.end()) it = rows.insert(rows.end(), StageTime{stage, served, 0, 0, 0});
+  it->calls += calls;
+  it->per_run_s += seconds;
+}
+
+// Totals into means over n (runs or cells): calls and seconds per run, seconds per call.
+std::vector<StageTime> per_run(std::vector<StageTime> rows, double n) {
+  if (n <= 0) return {};
+  for (StageTime& r : rows) {
+    r.calls /= n;
+    r.per_run_s /= n;
+    r.mean_s = r.calls > 0 ? r.per_run_s / r.calls : 0;
+  }
+  return rows;
+}
+
 void StageTally::add(const RunResult& run) {
   ++runs_;
-  for (const Step& step : run.steps) {
-    const std::string served(to_string(step.reply.served));
-    auto it = std::find_if(sums_.begin(), sums_.end(), [&](const Sum& s) {
-      return s.stage == step.stage && s.served == served;
-    });
-    if (it == sums_.end()) it = sums_.insert(sums_.end(), Sum{step.stage, served, 0, 0});
-    ++it->calls;
-    it->seconds += seconds(step.latency);
-  }
+  for (const Step& step : run.steps)
+    add_stage_time(sums_, step.stage, std::string(to_string(step.reply.served)), 1,
+                   seconds(step.latency));
 }
 
 std::vector<StageTime> StageTally::stage_times() const {
-  std::vector<StageTime> out;
-  if (runs_ == 0) return out;
-  const double runs = static_cast<double>(runs_);
-  for (const Sum& s : sums_) {
-    StageTime t;
-    t.stage = s.stage;
-    t.served = s.served;
-    t.calls = static_cast<double>(s.calls) / runs;
-    t.mean_s = s.calls ? s.seconds / static_cast<double>(s.calls) : 0;
-    t.per_run_s = s.seconds / runs;
-    out.push_back(std::move(t));
-  }
-  return out;
+  return per_run(sums_, static_cast<double>(runs_));
 }
 
 // One run's engine-driven resolution windows over the downstream work they hold up: the answer
@@ -582,8 +586,8 @@ CellResult run_cell(const CellContext& cx) {
     world.at(t.arrival_s[i], [&, i] {
       const double arrived = world.now_s();
       drive_one(w.runs[i], [&, i, arrived](RunResult rr, double user_turn_s) {
-        if (rr.ok() && i >= cx.measure_from && i < cx.measure_to) stage_tally.add(rr);
         if (rr.ok()) {
+          if (i >= cx.measure_from && i < cx.measure_to) stage_tally.add(rr);
           if (cx.finished_at_out) finished_at[i] = world.now_s() - start_s;
           latency[i] = w.workflow == "hci" ? user_turn_s : world.now_s() - arrived;
           window_ratio[i] = window_over_downstream(g, rr);
@@ -724,24 +728,11 @@ json stage_times_json(const std::vector<StageTime>& stages) {
 }
 
 std::vector<StageTime> mean_stage_times(const std::vector<std::vector<StageTime>>& cells) {
-  std::vector<StageTime> out;
-  if (cells.empty()) return out;
+  std::vector<StageTime> sums;
   for (const auto& cell : cells)
-    for (const StageTime& t : cell) {
-      auto it = std::find_if(out.begin(), out.end(), [&](const StageTime& o) {
-        return o.stage == t.stage && o.served == t.served;
-      });
-      if (it == out.end()) it = out.insert(out.end(), StageTime{t.stage, t.served, 0, 0, 0});
-      it->calls += t.calls;
-      it->per_run_s += t.per_run_s;
-    }
-  const double n = static_cast<double>(cells.size());
-  for (StageTime& t : out) {
-    t.calls /= n;
-    t.per_run_s /= n;
-    t.mean_s = t.calls > 0 ? t.per_run_s / t.calls : 0;
-  }
-  return out;
+    for (const StageTime& t : cell)
+      add_stage_time(sums, t.stage, t.served, t.calls, t.per_run_s);
+  return per_run(std::move(sums), static_cast<double>(cells.size()));
 }
 
 json CellResult::to_json() const {
