@@ -9,7 +9,9 @@
 // 10% of the runs are left out of the latency figures (the engine filling from empty and the
 // controller learning, and the load falling away as the trace ends); where 20% of the runs
 // would arrive within 30 simulated seconds, the runs of those seconds are added in front and
-// left out instead. Fills and engine time count every run.
+// left out instead, and likewise behind where the last 10% would arrive within 30 s (a run is
+// measured while the load holds through its whole life). Fills and engine time count every
+// run.
 //
 // Per (workload, load, arm) it reports the mean latency over seeds with its standard deviation,
 // p50 and p99, the ratio to the floor of the same seed, fills issued and consumed per request,
@@ -116,6 +118,19 @@ struct SweepResult {
 };
 
 SweepResult run_sweep(const SweepOptions& options);
+
+// Which runs of a cell's trace its latencies cover: `requests` runs as the options ask, the
+// first 20% and the last 10% left out, with runs added in front where that 20% would arrive
+// within 30 simulated seconds at `rate` (a deployment that has been running, not the
+// controller's cold start) and behind where that 10% would arrive within 30 s (the load held
+// through the life of the last measured run). The measured runs are the same whatever the
+// rate: `requests` × 0.7 of them, from the same index past the added warm-up.
+struct CellTrim {
+  std::size_t runs = 0;          // in the trace
+  std::size_t measure_from = 0;  // the measured runs are [measure_from, measure_to)
+  std::size_t measure_to = 0;
+};
+CellTrim trim_cell(std::size_t requests, double rate);
 
 // The Markdown report: per workload, the saturation rate and a table of load against arm.
 std::string format_sweep(const SweepOptions& options, const SweepResult& result);

@@ -115,8 +115,11 @@ with tempfile.TemporaryDirectory() as tmp:
                   (rec["arm"], rec["load"], rec["fill_p"], rec["fill_used_share"]))
     check(all("stages" in p for p in doc["points"]), "every point says where its time went")
     with open(os.path.join(sweep_out, "results.md")) as f:
-        check("Answer time per run at load 0.1, by stage" in f.read(),
-              "results.md tables the answer time at the highest load swept")
+        md = f.read()
+    check("Answer time per run at load 0.1, by stage" in md,
+          "results.md tables the answer time at the highest load swept")
+    check(doc["trimmed"].get("drain_min_s") == 30 and "the last 10% would arrive within 30" in md,
+          "the sweep says it holds the load 30 simulated seconds past the measured runs")
     sat = doc["saturation"]["routing"]["rate"]
     check(sat > 0, "the floor's saturation rate is measured (%s runs/s)" % sat)
     check(all(abs(rec["rate"] - rec["load"] * sat) < 1e-9 for rec in doc["records"]),
