@@ -10,6 +10,7 @@
 #include <iomanip>
 #include <random>
 #include <sstream>
+#include <utility>
 
 namespace dynrt::bench {
 
@@ -36,7 +37,7 @@ constexpr double kWarmupSeconds = 30;
 // through its whole life, not as the load falls away at the trace's end. The last 10% of the
 // runs are too few where runs are long against the rate: at 95 HCI runs/s on h200x4-32b, 1,000
 // runs leave out the last second of arrivals where a run (offer, the user's think time, act)
-// lasts 3 to 10 s, and the floor measured 2.85 s at 0.95 against 3.6 s with the load held.
+// lasts 3 to 10 s, and the floor measured 2.95 s at 0.95 against 3.50 s with the load held.
 constexpr double kDrainSeconds = 30;
 
 // The runs that arrive in `seconds` at `rate`.
@@ -350,12 +351,15 @@ const SweepPoint* find_point(const SweepResult& r, const std::string& workload, 
 }
 
 CellTrim trim_cell(std::size_t requests, double rate) {
-  const auto warm = static_cast<std::size_t>(kWarmupShare * static_cast<double>(requests));
-  const auto drain = static_cast<std::size_t>(kDrainShare * static_cast<double>(requests));
-  const std::size_t timed_warm = timed_runs(rate, kWarmupSeconds);
-  const std::size_t timed_drain = timed_runs(rate, kDrainSeconds);
-  const std::size_t front = timed_warm > warm ? timed_warm - warm : 0;
-  const std::size_t back = timed_drain > drain ? timed_drain - drain : 0;
+  // The share of `requests` left out at one end, and the runs added there so that it lasts
+  // at least `seconds`.
+  const auto ends = [&](double share, double seconds) {
+    const auto left_out = static_cast<std::size_t>(share * static_cast<double>(requests));
+    const std::size_t timed = timed_runs(rate, seconds);
+    return std::pair{left_out, timed > left_out ? timed - left_out : 0};
+  };
+  const auto [warm, front] = ends(kWarmupShare, kWarmupSeconds);
+  const auto [drain, back] = ends(kDrainShare, kDrainSeconds);
   const std::size_t runs = requests + front + back;
   return CellTrim{runs, warm + front, runs - drain - back};
 }
