@@ -227,7 +227,21 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
   // utility (Algorithm 1, line 12), or the audit would learn the setup cost and nothing of
   // the fills, and a class closed because its fills failed could never see them pay. An open
   // branch probes its best refused candidate at the seeded rate fill_audit.
-  hooks.audit = [&] { return std::exchange(b->audit, false) || uniform() < config_.fill_audit; };
+  // Either probe is spent only on a candidate that could pay: one whose fill would be worth
+  // its price at this load if it were sure to be used once selected. A probe teaches the
+  // usability (whether a selected candidate's fill is used); the selection is learned from
+  // every branch that reaches Action 1, probed or not. A candidate that would not pay even at
+  // usability 1 cannot be admitted whatever its probe shows, so probing it only delays the
+  // others (at high load on the tight profile such probes were most of ReAct's fills).
+  const auto could_pay = [&](std::size_t i) {
+    PricedCandidate sure = priced[i];
+    sure.p = c.selection.upper(candidates[i].rank);
+    return utility(sure, out.view, curves_) > 0;
+  };
+  hooks.audit = [&](std::size_t i) {
+    if (std::exchange(b->audit, false)) return could_pay(i);
+    return uniform() < config_.fill_audit && could_pay(i);
+  };
   std::vector<Step> steps;
   if (priced_fills) {
     // The reserve price learns what a branch's best candidate is typically worth (before this

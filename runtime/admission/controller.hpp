@@ -80,7 +80,7 @@ struct AdmissionConfig {
   int cold_trials = 8;             // n0: trials per class before the UCB rule applies
   double generation_audit = 0.05;  // chance a closed generation gate opens anyway
   int audit_after = 20;            // ... and it surely opens after this many refusals in a row
-  double fill_audit = 0.05;        // chance one refused candidate is admitted anyway
+  double fill_audit = 0.05;        // chance one refused candidate that could pay is admitted anyway
   // gamma: the weight an observation of a class loses with each newer one, in the gate's
   // model (ClassModel) and in its usability posterior. 1 forgets nothing.
   double evidence_memory = 0.9;

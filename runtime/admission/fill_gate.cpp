@@ -45,7 +45,7 @@ std::vector<Step> sequential_repricing(std::span<const PricedCandidate> candidat
     --left;
     bool probe = false;
     if (best_u <= 0) {
-      if (!hooks.audit || !hooks.audit()) break;
+      if (!hooks.audit || !hooks.audit(best)) break;
       probe = true;
     }
     const Footprint& f = candidates[best].footprint;

@@ -61,9 +61,9 @@ struct Step {
 struct Hooks {
   // Atomic reservation of a candidate's resources; false refuses it (and the rule goes on).
   std::function<bool(std::size_t index)> reserve;
-  // Asked when the best remaining utility is non-positive: true admits that one candidate
-  // anyway (a seeded audit), after which the rule stops.
-  std::function<bool()> audit;
+  // Asked when the best remaining utility is non-positive, with that candidate's index: true
+  // admits it anyway (a seeded audit), after which the rule stops.
+  std::function<bool(std::size_t index)> audit;
 };
 
 // Algorithm 1, lines 7-19. Returns the admitted candidates in admission order.

@@ -429,10 +429,15 @@ TEST_F(ControllerTest, ANearlySpentFillBudgetKeepsItsLastSlotsForLikelyCandidate
 // `h200x4-32b` lost about 5% of its top offers to such probes.)
 TEST_F(ControllerTest, ASeededProbeWaitsForASlotNoLikelyCandidateNeeds) {
   Controller ctl(clock_, config(/*cold=*/100, /*gen_audit=*/0, /*fill_audit=*/1));
-  ctl.observe_load(0, 0);
+  ctl.observe_load(0.3, 0);  // a load at which a fill has a price
   const std::vector<Candidate> likely = {{0, 3000, Footprint{1500, 0.001}}};
+  // The second offer is worth less than its price at the usability believed (a half, the
+  // prior), and more if surely used once selected: a probe could show it pays.
+  const double price = ctl.prices().cost(ctl.view(), Footprint{1500, 0.001});
+  ASSERT_GT(price, 0);
+  const double sel = ctl.selection(kClass) ? ctl.selection(kClass)->upper(1) : 0.5;
   const std::vector<Candidate> offers = {{0, 3000, Footprint{1500, 0.001}},
-                                         {1, 0, Footprint{1500, 0.001}}};  // worth nothing
+                                         {1, 2 * (1 - sel) / sel * price, Footprint{1500, 0.001}}};
   // The budget empty: the probe runs.
   ASSERT_TRUE(ctl.open_branch(1, kClass).open);
   const FillDecision early = ctl.admit(1, offers, 2);
@@ -460,7 +465,7 @@ TEST_F(ControllerTest, AnAuditedBranchProbesPastTheReservePrice) {
   AdmissionConfig c = config(/*cold=*/2, /*gen_audit=*/0, /*fill_audit=*/0);
   c.audit_after = 1;
   Controller ctl(clock_, c);
-  ctl.observe_load(0, 0);
+  ctl.observe_load(0.3, 0);  // a load at which a fill has a price
   // Two cold trials that fail, each holding one fill slot: the class closes.
   const std::vector<Candidate> likely = {{0, 3000, Footprint{1500, 0.001}}};
   for (BranchId b = 1; b <= 2; ++b) {
@@ -479,10 +484,16 @@ TEST_F(ControllerTest, AnAuditedBranchProbesPastTheReservePrice) {
   const GenerationDecision d = ctl.open_branch(100, kClass);
   ASSERT_TRUE(d.open);
   ASSERT_EQ(d.reason, GateReason::audit);
-  const std::vector<Candidate> worthless = {{0, 0, Footprint{1500, 0.001}}};
-  const FillDecision f = ctl.admit(100, worthless, 1);
+  // Worth less than its price at what the class believes, more if surely used once selected.
+  const double price = ctl.prices().cost(ctl.view(), Footprint{1500, 0.001});
+  ASSERT_GT(price, 0);
+  const double sel = ctl.selection(kClass)->upper(0);
+  const std::vector<Candidate> unlikely = {
+      {0, 2 * (1 - sel) / sel * price, Footprint{1500, 0.001}}};
+  const FillDecision f = ctl.admit(100, unlikely, 1);
   ASSERT_EQ(f.admitted.size(), 1u);
   EXPECT_TRUE(f.admitted[0].audit);
+  EXPECT_LE(f.admitted[0].utility, 0);
 }
 
 TEST_F(ControllerTest, SetupIsChargedWhetherOrNotThePredictorProducedAnything) {
@@ -645,13 +656,55 @@ TEST_F(ControllerTest, AnAuditedBranchAdmitsItsBestCandidateWhateverItsUtility) 
   const GenerationDecision d = ctl.open_branch(100, kClass);
   ASSERT_TRUE(d.open);
   ASSERT_EQ(d.reason, GateReason::audit);
-  // Worth nothing: no gain, so no positive utility at any price.
-  const std::vector<Candidate> cands = {{0, 0, Footprint{1500, 0.004}},
-                                        {1, 0, Footprint{1500, 0.004}}};
+  // The cold trials' fills were late, so a fill is believed unlikely to be used: worth less
+  // than its price here, and more if it were surely used once selected.
+  const double price = ctl.prices().cost(ctl.view(), Footprint{1500, 0.004});
+  ASSERT_GT(price, 0);
+  const double gain =
+      2 * (1 - ctl.selection(kClass)->upper(0)) / ctl.selection(kClass)->upper(0) * price;
+  const std::vector<Candidate> cands = {{0, gain, Footprint{1500, 0.004}},
+                                        {1, gain, Footprint{1500, 0.004}}};
   const FillDecision f = ctl.admit(100, cands, 2);
   ASSERT_EQ(f.admitted.size(), 1U);
   EXPECT_TRUE(f.admitted[0].audit);
   EXPECT_LE(f.admitted[0].utility, 0);
+}
+
+// A probe is spent only on a candidate that could pay: one worth its price if it were sure to
+// be used once selected. A probe teaches how often a selected candidate's fill is used; a
+// candidate that would not pay even then cannot be admitted whatever it shows.
+TEST_F(ControllerTest, AProbeIsSpentOnlyOnACandidateThatCouldPay) {
+  AdmissionConfig c = config(/*cold=*/2, /*gen_audit=*/0, /*fill_audit=*/1);
+  c.audit_after = 1;  // every closed decision is audited
+  Controller ctl(clock_, c);
+  ctl.observe_load(0.2, 0);
+  Scenario cold{ctl};
+  cold.late_branches(2, /*setup_ms=*/5000);
+  const double price = ctl.prices().cost(ctl.view(), Footprint{1500, 0.004});
+  ASSERT_GT(price, 0);
+  // No gain: no usability makes it pay. Neither the audited branch nor the seeded probe
+  // admits it.
+  const std::vector<Candidate> worthless = {{0, 0, Footprint{1500, 0.004}}};
+  ASSERT_EQ(ctl.open_branch(100, kClass).reason, GateReason::audit);
+  const FillDecision audited = ctl.admit(100, worthless, 1);
+  EXPECT_TRUE(audited.admitted.empty());
+  EXPECT_EQ(audited.refused[0], Refusal::utility);
+  // With a gain the price outweighs even at usability 1 (p at the selection's bound) it is not
+  // probed either; with one that would pay if surely used, the audited branch probes it.
+  const double sel = ctl.selection(kClass)->upper(0);
+  ASSERT_GT(sel, 0);
+  ASSERT_LT(sel, 1);
+  const double break_even = (1 - sel) / sel * price;  // G at which U = 0 when surely used
+  ASSERT_EQ(ctl.open_branch(101, kClass).reason, GateReason::audit);
+  const FillDecision small =
+      ctl.admit(101, std::vector<Candidate>{{0, 0.5 * break_even, Footprint{1500, 0.004}}}, 1);
+  EXPECT_TRUE(small.admitted.empty());
+  ASSERT_EQ(ctl.open_branch(102, kClass).reason, GateReason::audit);
+  const FillDecision could =
+      ctl.admit(102, std::vector<Candidate>{{0, 2 * break_even, Footprint{1500, 0.004}}}, 1);
+  ASSERT_EQ(could.admitted.size(), 1U);
+  EXPECT_TRUE(could.admitted[0].audit);
+  EXPECT_LE(could.admitted[0].utility, 0);  // at the usability believed it does not pay
 }
 
 TEST_F(ControllerTest, IsDeterministicForASeed) {

@@ -406,7 +406,7 @@ TEST(SequentialRepricing, AnAuditAdmitsOneRefusedCandidateThenStops) {
   ASSERT_TRUE(sequential_repricing(c, v, curves, Budget{8, 1}).empty());
   int asked = 0;
   Hooks hooks;
-  hooks.audit = [&] { return ++asked == 1; };
+  hooks.audit = [&](std::size_t) { return ++asked == 1; };
   const auto steps = sequential_repricing(c, v, curves, Budget{8, 1}, hooks);
   ASSERT_EQ(steps.size(), 1u);
   EXPECT_TRUE(steps[0].audit);
