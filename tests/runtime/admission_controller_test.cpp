@@ -644,42 +644,18 @@ TEST_F(ControllerTest, AClosedClassIsAuditedAfterAuditAfterRefusalsEvenWithoutSe
   EXPECT_LT(paying.first_open, 25);
 }
 
-// An audit that opened the generation gate makes Action 1 probe: the best candidate is admitted
-// although its utility is not positive, so the audit learns how the fills fare.
-TEST_F(ControllerTest, AnAuditedBranchAdmitsItsBestCandidateWhateverItsUtility) {
-  AdmissionConfig c = config(/*cold=*/2, /*gen_audit=*/0, /*fill_audit=*/0);
-  c.audit_after = 1;  // every closed decision is audited
-  Controller ctl(clock_, c);
-  ctl.observe_load(0.2, 0);
-  Scenario cold{ctl};
-  cold.late_branches(2, /*setup_ms=*/5000);  // the cold trials: fills late, setup dear
-  const GenerationDecision d = ctl.open_branch(100, kClass);
-  ASSERT_TRUE(d.open);
-  ASSERT_EQ(d.reason, GateReason::audit);
-  // The cold trials' fills were late, so a fill is believed unlikely to be used: worth less
-  // than its price here, and more if it were surely used once selected.
-  const double price = ctl.prices().cost(ctl.view(), Footprint{1500, 0.004});
-  ASSERT_GT(price, 0);
-  const double gain =
-      2 * (1 - ctl.selection(kClass)->upper(0)) / ctl.selection(kClass)->upper(0) * price;
-  const std::vector<Candidate> cands = {{0, gain, Footprint{1500, 0.004}},
-                                        {1, gain, Footprint{1500, 0.004}}};
-  const FillDecision f = ctl.admit(100, cands, 2);
-  ASSERT_EQ(f.admitted.size(), 1U);
-  EXPECT_TRUE(f.admitted[0].audit);
-  EXPECT_LE(f.admitted[0].utility, 0);
-}
-
-// A probe is spent only on a candidate that could pay: one worth its price if it were sure to
-// be used once selected. A probe teaches how often a selected candidate's fill is used; a
-// candidate that would not pay even then cannot be admitted whatever it shows.
-TEST_F(ControllerTest, AProbeIsSpentOnlyOnACandidateThatCouldPay) {
+// An audit that opened the generation gate makes Action 1 probe: its best candidate is admitted
+// although its utility is not positive, so the audit learns how the fills fare. A probe is
+// spent only on a candidate that could pay: one worth its price if it were sure to be used
+// once selected. A probe teaches how often a selected candidate's fill is used; a candidate
+// that would not pay even then cannot be admitted whatever it shows.
+TEST_F(ControllerTest, AnAuditedBranchProbesItsBestCandidateIfItCouldPay) {
   AdmissionConfig c = config(/*cold=*/2, /*gen_audit=*/0, /*fill_audit=*/1);
   c.audit_after = 1;  // every closed decision is audited
   Controller ctl(clock_, c);
   ctl.observe_load(0.2, 0);
   Scenario cold{ctl};
-  cold.late_branches(2, /*setup_ms=*/5000);
+  cold.late_branches(2, /*setup_ms=*/5000);  // the cold trials: fills late, setup dear
   const double price = ctl.prices().cost(ctl.view(), Footprint{1500, 0.004});
   ASSERT_GT(price, 0);
   // No gain: no usability makes it pay. Neither the audited branch nor the seeded probe
