@@ -95,6 +95,13 @@ class ControllerTest : public ::testing::Test {
     c.seed = 42;
     return c;
   }
+  // Twice the gain at which a fill of kClass's candidate `rank` with footprint `f` breaks even
+  // at the current load if surely used once selected: it could pay, and at a usability below
+  // a half it is believed not to.
+  static double gain_that_could_pay(const Controller& ctl, std::size_t rank, Footprint f) {
+    const double sel = ctl.selection(kClass)->upper(rank);
+    return 2 * (1 - sel) / sel * ctl.prices().cost(ctl.view(), f);
+  }
   ManualClock clock_;
 };
 
@@ -431,15 +438,14 @@ TEST_F(ControllerTest, ASeededProbeWaitsForASlotNoLikelyCandidateNeeds) {
   Controller ctl(clock_, config(/*cold=*/100, /*gen_audit=*/0, /*fill_audit=*/1));
   ctl.observe_load(0.3, 0);  // a load at which a fill has a price
   const std::vector<Candidate> likely = {{0, 3000, Footprint{1500, 0.001}}};
-  // The second offer is worth less than its price at the usability believed (a half, the
-  // prior), and more if surely used once selected: a probe could show it pays.
-  const double price = ctl.prices().cost(ctl.view(), Footprint{1500, 0.001});
-  ASSERT_GT(price, 0);
-  const double sel = ctl.selection(kClass) ? ctl.selection(kClass)->upper(1) : 0.5;
-  const std::vector<Candidate> offers = {{0, 3000, Footprint{1500, 0.001}},
-                                         {1, 2 * (1 - sel) / sel * price, Footprint{1500, 0.001}}};
+  ASSERT_GT(ctl.prices().cost(ctl.view(), Footprint{1500, 0.001}), 0);
   // The budget empty: the probe runs.
   ASSERT_TRUE(ctl.open_branch(1, kClass).open);
+  // The second offer is worth less than its price at the usability believed (a half, the
+  // prior), and more if surely used once selected: a probe could show it pays.
+  const std::vector<Candidate> offers = {
+      {0, 3000, Footprint{1500, 0.001}},
+      {1, gain_that_could_pay(ctl, 1, Footprint{1500, 0.001}), Footprint{1500, 0.001}}};
   const FillDecision early = ctl.admit(1, offers, 2);
   ASSERT_EQ(early.admitted.size(), 2u);
   EXPECT_TRUE(early.admitted[1].audit);
@@ -485,11 +491,9 @@ TEST_F(ControllerTest, AnAuditedBranchProbesPastTheReservePrice) {
   ASSERT_TRUE(d.open);
   ASSERT_EQ(d.reason, GateReason::audit);
   // Worth less than its price at what the class believes, more if surely used once selected.
-  const double price = ctl.prices().cost(ctl.view(), Footprint{1500, 0.001});
-  ASSERT_GT(price, 0);
-  const double sel = ctl.selection(kClass)->upper(0);
+  ASSERT_GT(ctl.prices().cost(ctl.view(), Footprint{1500, 0.001}), 0);
   const std::vector<Candidate> unlikely = {
-      {0, 2 * (1 - sel) / sel * price, Footprint{1500, 0.001}}};
+      {0, gain_that_could_pay(ctl, 0, Footprint{1500, 0.001}), Footprint{1500, 0.001}}};
   const FillDecision f = ctl.admit(100, unlikely, 1);
   ASSERT_EQ(f.admitted.size(), 1u);
   EXPECT_TRUE(f.admitted[0].audit);
@@ -670,14 +674,14 @@ TEST_F(ControllerTest, AnAuditedBranchProbesItsBestCandidateIfItCouldPay) {
   const double sel = ctl.selection(kClass)->upper(0);
   ASSERT_GT(sel, 0);
   ASSERT_LT(sel, 1);
-  const double break_even = (1 - sel) / sel * price;  // G at which U = 0 when surely used
+  const double could_pay = gain_that_could_pay(ctl, 0, Footprint{1500, 0.004});
   ASSERT_EQ(ctl.open_branch(101, kClass).reason, GateReason::audit);
-  const FillDecision small =
-      ctl.admit(101, std::vector<Candidate>{{0, 0.5 * break_even, Footprint{1500, 0.004}}}, 1);
+  const FillDecision small =  // a quarter of it: half the break-even
+      ctl.admit(101, std::vector<Candidate>{{0, 0.25 * could_pay, Footprint{1500, 0.004}}}, 1);
   EXPECT_TRUE(small.admitted.empty());
   ASSERT_EQ(ctl.open_branch(102, kClass).reason, GateReason::audit);
   const FillDecision could =
-      ctl.admit(102, std::vector<Candidate>{{0, 2 * break_even, Footprint{1500, 0.004}}}, 1);
+      ctl.admit(102, std::vector<Candidate>{{0, could_pay, Footprint{1500, 0.004}}}, 1);
   ASSERT_EQ(could.admitted.size(), 1U);
   EXPECT_TRUE(could.admitted[0].audit);
   EXPECT_LE(could.admitted[0].utility, 0);  // at the usability believed it does not pay
