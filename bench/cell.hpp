@@ -57,9 +57,10 @@ std::vector<double> arrivals(std::uint64_t seed, double rate, std::size_t n);
 // A workload's trace as the bench generates it: `runs` runs of `seed`, with the predictability
 // and exact-repeat rate given (Sub-Agent's entity pool sized so that about 26% of fresh runs'
 // sub-tasks recur, as the paper's section 2.2 measures).
-// `selection_first`: WorkloadOptions::selection_first.
+// `selection_first`, `contexts`: WorkloadOptions::selection_first and ::contexts.
 Workload bench_workload(const dsl::TemplateGraph& graph, std::uint64_t seed, std::size_t runs,
-                        double predictability, double repeat_rate, bool selection_first = false);
+                        double predictability, double repeat_rate, bool selection_first = false,
+                        Contexts contexts = Contexts::compact);
 
 // The templates a bench runs, linted from `templates`: the workload's graph by name, or an
 // error naming the first of `workloads` (or the profile) that cannot run.

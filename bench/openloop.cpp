@@ -8,7 +8,9 @@
 #include "dsl/lint.hpp"
 #include "engines/sim/engine.hpp"
 #include "engines/sim/profiles.hpp"
+#include "engines/sim/text.hpp"
 #include "engines/tools/corpus.hpp"
+#include "runtime/endpoints.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -151,20 +153,24 @@ double seconds(Duration d) {
 }
 
 // Adds `calls` and `seconds` to the row of (stage, served), appended the first time.
+// `prompt_tokens` is a total too (the calls' prompt tokens) until per_run() divides it.
 void add_stage_time(std::vector<StageTime>& rows, const std::string& stage,
-                    const std::string& served, double calls, double seconds) {
+                    const std::string& served, double calls, double seconds, double prompt_tokens) {
   auto it = std::find_if(rows.begin(), rows.end(), [&](const StageTime& r) {
     return r.stage == stage && r.served == served;
   });
-  if (it == rows.end()) it = rows.insert(rows.end(), StageTime{stage, served, 0, 0, 0});
+  if (it == rows.end()) it = rows.insert(rows.end(), StageTime{stage, served, 0, 0, 0, 0});
   it->calls += calls;
   it->per_run_s += seconds;
+  it->prompt_tokens += prompt_tokens;
 }
 
-// Totals into means over n (runs or cells): calls and seconds per run, seconds per call.
+// Totals into means over n (runs or cells): calls and seconds per run, seconds and prompt
+// tokens per call.
 std::vector<StageTime> per_run(std::vector<StageTime> rows, double n) {
   if (n <= 0) return {};
   for (StageTime& r : rows) {
+    r.prompt_tokens = r.calls > 0 ? r.prompt_tokens / r.calls : 0;
     r.calls /= n;
     r.per_run_s /= n;
     r.mean_s = r.calls > 0 ? r.per_run_s / r.calls : 0;
@@ -174,9 +180,14 @@ std::vector<StageTime> per_run(std::vector<StageTime> rows, double n) {
 
 void StageTally::add(const RunResult& run) {
   ++runs_;
-  for (const Step& step : run.steps)
-    add_stage_time(sums_, step.stage, std::string(to_string(step.reply.served)), 1,
-                   seconds(step.latency));
+  for (const Step& step : run.steps) {
+    const bool model = step.endpoint.rfind(kToolPrefix, 0) != 0;
+    add_stage_time(
+        sums_, step.stage, std::string(to_string(step.reply.served)), 1, seconds(step.latency),
+        model
+            ? static_cast<double>(engines::sim::estimate_prompt_tokens(step.endpoint, step.request))
+            : 0.0);
+  }
 }
 
 std::vector<StageTime> StageTally::stage_times() const {
@@ -684,9 +695,11 @@ std::vector<std::string> arms_with_floor(const std::vector<std::string>& asked) 
 }
 
 Workload bench_workload(const dsl::TemplateGraph& graph, std::uint64_t seed, std::size_t runs,
-                        double predictability, double repeat_rate, bool selection_first) {
+                        double predictability, double repeat_rate, bool selection_first,
+                        Contexts contexts) {
   WorkloadOptions wo;
   wo.selection_first = selection_first;
+  wo.contexts = contexts;
   wo.seed = seed;
   wo.runs = runs;
   wo.predictability = predictability;
@@ -713,11 +726,8 @@ std::string rate_label(double r) {
 using namespace detail;
 
 json StageTime::to_json() const {
-  return {{"stage", stage},
-          {"served", served},
-          {"calls_per_run", calls},
-          {"mean_s", mean_s},
-          {"s_per_run", per_run_s}};
+  return {{"stage", stage},   {"served", served},       {"calls_per_run", calls},
+          {"mean_s", mean_s}, {"s_per_run", per_run_s}, {"prompt_tokens", prompt_tokens}};
 }
 
 json stage_times_json(const std::vector<StageTime>& stages) {
@@ -731,7 +741,7 @@ std::vector<StageTime> mean_stage_times(const std::vector<std::vector<StageTime>
   std::vector<StageTime> sums;
   for (const auto& cell : cells)
     for (const StageTime& t : cell)
-      add_stage_time(sums, t.stage, t.served, t.calls, t.per_run_s);
+      add_stage_time(sums, t.stage, t.served, t.calls, t.per_run_s, t.prompt_tokens * t.calls);
   return per_run(std::move(sums), static_cast<double>(cells.size()));
 }
 

@@ -79,6 +79,9 @@ struct StageTime {
   double calls = 0;      // per measured run
   double mean_s = 0;     // mean answer latency of those calls (simulated seconds)
   double per_run_s = 0;  // calls x mean_s
+  // Mean prompt tokens per call as the simulated engine counts them, whoever served the call
+  // (0 for tool stages).
+  double prompt_tokens = 0;
   nlohmann::json to_json() const;
 };
 

@@ -64,8 +64,8 @@ Saturation burst(const SweepOptions& o, const BenchOptions& bo, const dsl::Templ
                  std::size_t runs) {
   Saturation s;
   s.workload = g.workflow;
-  Workload w =
-      bench_workload(g, o.first_seed, runs, o.predictability, o.repeat_rate, o.selection_first);
+  Workload w = bench_workload(g, o.first_seed, runs, o.predictability, o.repeat_rate,
+                              o.selection_first, o.contexts);
   // A user's think time holds no engine resource: in the burst the engine would idle while
   // every user thinks at once, and the rate would measure the users, not the engine.
   for (auto& r : w.runs)
@@ -213,6 +213,7 @@ void heading(std::ostream& md, const char* title, const SweepOptions& o) {
   md << "# " << title << "\n\nengine profile " << o.profile;
   if (o.interference_scale != 1.0)
     md << " (true interference " << fixed(o.interference_scale) << "× the price curves' fit)";
+  if (o.contexts != Contexts::compact) md << ", " << to_string(o.contexts) << "-sized contexts";
   md << ", " << o.seeds << " seed" << (o.seeds == 1 ? "" : "s") << " from " << o.first_seed << ", ";
 }
 
@@ -225,6 +226,7 @@ json report_json(const SweepOptions& o, const std::map<std::string, Saturation>&
   j["profile"] = o.profile;
   j["interference_scale"] = o.interference_scale;
   j["selection_first"] = o.selection_first;
+  j["contexts"] = to_string(o.contexts);
   j["emission"] = o.emission;
   j["requests"] = o.requests;
   j["seeds"] = o.seeds;
@@ -407,8 +409,8 @@ SweepResult run_sweep(const SweepOptions& o) {
         const std::uint64_t seed = o.first_seed + k;
         bo.seed = seed;
         const CellTrim tr = trim_cell(o.requests, rate);
-        const Workload w =
-            bench_workload(g, seed, tr.runs, o.predictability, o.repeat_rate, o.selection_first);
+        const Workload w = bench_workload(g, seed, tr.runs, o.predictability, o.repeat_rate,
+                                          o.selection_first, o.contexts);
         Trace t{&g, &w, arrivals(seed, rate, w.runs.size()), rate};
         std::ostringstream line;
         line << name << " load " << load << " seed " << seed << ":";
@@ -486,6 +488,15 @@ void stage_table(std::ostream& md, const SweepResult& r, const std::string& work
          << seconds_of("cache") << " |";
     }
     md << '\n';
+  }
+  // How long the prompts are (--contexts): the floor sends every call to the engine.
+  if (const SweepPoint* floor = find_point(r, workload, *at, "floor")) {
+    std::string sizes;
+    for (const StageTime& t : floor->stages)
+      if (t.served == "engine" && t.prompt_tokens > 1)
+        sizes += (sizes.empty() ? "" : ", ") + t.stage + " " + fixed(t.prompt_tokens, 0);
+    if (!sizes.empty())
+      md << "\nPrompt tokens per model call, as the engine counts them: " << sizes << ".\n";
   }
 }
 
@@ -653,7 +664,7 @@ Workload bursty_workload(const dsl::TemplateGraph& g, const SweepOptions& o, std
                          double saturation, std::size_t warm, std::vector<double>& arrival_s,
                          std::vector<std::size_t>& phase_of) {
   Workload w = bench_workload(g, seed, o.requests + warm, o.predictability, o.repeat_rate,
-                              o.selection_first);
+                              o.selection_first, o.contexts);
   const auto& phases = bursty_phases();
   const std::size_t n = w.runs.size();
   const std::size_t per = std::max<std::size_t>(1, o.requests / phases.size());

@@ -45,8 +45,9 @@ struct SweepOptions {
   // 1: the workloads as the paper measures them; 0: the no-harm trace, whose selections
   // ignore every predictor (top-1 share about 1/K) and which has no exact repeats.
   double predictability = 1.0;
-  bool selection_first = false;  // WorkloadOptions::selection_first
-  bool emission = true;          // resolve on emission (RuntimeConfig::emission)
+  bool selection_first = false;           // WorkloadOptions::selection_first
+  Contexts contexts = Contexts::compact;  // WorkloadOptions::contexts
+  bool emission = true;                   // resolve on emission (RuntimeConfig::emission)
   std::string templates = "templates";
   std::ostream* progress = nullptr;  // one line per finished (workload, load, seed)
   std::string command = "sweep";     // the report's title: sweep or ablation

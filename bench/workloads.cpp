@@ -1,6 +1,7 @@
 #include "bench/workloads.hpp"
 
 #include "dsl/render.hpp"
+#include "engines/sim/text.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -40,6 +41,43 @@ json chat(std::string_view system, std::string_view user, int max_tokens) {
           {"max_tokens", max_tokens},
           {"messages", json::array({{{"role", "system"}, {"content", system}},
                                     {{"role", "user"}, {"content", user}}})}};
+}
+
+// Paper-sized contexts (Contexts::paper). Each size is drawn per request (or per record) from a
+// lognormal around its median, sigma 0.3, from a generator of its own (so the selections and
+// the compact trace's draws are the same either way).
+constexpr double kContextSigma = 0.3;
+// Routing: the handler's whole prompt at p50 (section 2.2, F2: "263 at p50"); the user's
+// request carries what the handler prompt lacks of it (the details a BFCL request gives).
+constexpr double kHandlerPromptTokens = 263;
+// ReAct and Sub-Agent: a retrieved passage or knowledge-base record, about a HotpotQA or
+// MuSiQue paragraph (four to five sentences).
+constexpr double kPassageTokens = 130;
+// HCI: the conversation before the latest message (about ten turns of a Schema-Guided
+// Dialogue conversation).
+constexpr double kDialogTokens = 150;
+
+// Plain prose of about `tokens` prompt tokens as the simulated engine counts them (a token per
+// four characters): words with no markup, so no extraction rule can read a value from it.
+std::string prose(std::mt19937_64& rng, double tokens) {
+  static const char* kWords[] = {
+      "the",     "meeting", "next",    "week",     "was",    "moved",   "because", "of",
+      "travel",  "and",     "several", "people",   "asked",  "whether", "a",       "later",
+      "time",    "would",   "suit",    "everyone", "report", "notes",   "from",    "earlier",
+      "mention", "budget",  "review",  "with",     "team",   "members", "in",      "two",
+      "offices", "while",   "others",  "remain",   "open",   "for",     "now",     "today"};
+  const auto chars = static_cast<std::size_t>(std::max(0.0, tokens) * 4);
+  std::string out;
+  while (out.size() < chars) {
+    if (!out.empty()) out += out.size() % 11 == 0 ? ". " : " ";
+    out += kWords[rng() % (sizeof kWords / sizeof *kWords)];
+  }
+  if (!out.empty()) out += ".";
+  return out;
+}
+
+double draw_tokens(std::mt19937_64& rng, double median) {
+  return std::lognormal_distribution<double>(std::log(median), kContextSigma)(rng);
 }
 
 // A skewed pick among `values`: the first with probability p0, else uniformly among the rest.
@@ -100,9 +138,21 @@ Workload routing(const dsl::TemplateGraph& g, const WorkloadOptions& o) {
   for (const auto& h : handlers)
     w.corpus.push_back({{"key", "api:" + h}, {"text", "The " + h + " API answered: ok."}});
   w.tools = {{"call_api", "api:{{api}}"}};
+  std::mt19937_64 sizes(o.seed ^ 0xC0A7'E475'12E5'0001ULL);
   fill_runs(w, o, rng, [&](std::mt19937_64& gen, const std::string& marker) {
     Run r;
     r.input = "Please help with my day [req " + marker + "]";
+    if (o.contexts == Contexts::paper) {
+      // Pad the request so that the first turn's handler prompt comes to the drawn size.
+      const double target = draw_tokens(sizes, kHandlerPromptTokens);
+      double base = 0;
+      if (const dsl::Stage* handle = g.stage("handle"))
+        if (const auto body = dsl::render_stage(
+                *handle, {{"handler", handlers[0]}, {"query", routing_query(r, 0)}}))
+          base =
+              static_cast<double>(engines::sim::estimate_prompt_tokens(body->endpoint, body->body));
+      r.input += "\n" + prose(sizes, target - base - 1);
+    }
     for (int turn = 0; turn < 2; ++turn) {
       // Top-1 coverage 0.9 at full predictability (section 2.2: 59-94%).
       const std::string pick = skewed(gen, handlers, 0.4 + 0.5 * o.predictability);
@@ -140,6 +190,8 @@ Workload react(const dsl::TemplateGraph& g, const WorkloadOptions& o) {
     if (d.candidates.kind == dsl::CandidateSourceKind::drafter) drafted = &d;
   std::mt19937_64 draws(o.seed ^ 0x5eed'd4af'7e25'0001ULL);
   const std::size_t kEntities = 40;
+  const bool paper = o.contexts == Contexts::paper;
+  std::mt19937_64 sizes(o.seed ^ 0xC0A7'E475'12E5'0002ULL);
   // Each passage names three other entities, the likeliest next hop first.
   std::vector<std::vector<std::size_t>> links(kEntities);
   for (std::size_t e = 0; e < kEntities; ++e) {
@@ -149,7 +201,9 @@ Workload react(const dsl::TemplateGraph& g, const WorkloadOptions& o) {
       links[e].push_back(n);
       text += " [[" + entity_name(n) + "]]";
     }
-    w.corpus.push_back({{"key", "corpus:" + entity_name(e)}, {"text", text + "."}});
+    text += ".";
+    if (paper) text += " " + prose(sizes, draw_tokens(sizes, kPassageTokens) - 20);
+    w.corpus.push_back({{"key", "corpus:" + entity_name(e)}, {"text", text}});
   }
   w.tools = {{"retrieve", "corpus:{{entity}}"}};
   std::uniform_real_distribution<double> u(0, 1);
@@ -195,10 +249,14 @@ Workload react(const dsl::TemplateGraph& g, const WorkloadOptions& o) {
       visited.push_back(current);
       r.picks.push_back(entity_name(current));
       const std::string action = "Search[" + entity_name(current) + "]";
-      w.script.add_exact(react_think_request(r, h),
-                         o.selection_first
-                             ? action + "\n" + reasoning(gen, kReactThinkReasoningWords)
-                             : reasoning(gen, kReactThinkReasoningWords) + "\n" + action);
+      const std::string thought = o.selection_first
+                                      ? action + "\n" + reasoning(gen, kReactThinkReasoningWords)
+                                      : reasoning(gen, kReactThinkReasoningWords) + "\n" + action;
+      w.script.add_exact(react_think_request(r, h), thought);
+      if (paper) {
+        r.thoughts.push_back(thought);
+        r.observations.push_back(w.corpus[current]["text"].get<std::string>());
+      }
     }
     return r;
   });
@@ -211,10 +269,14 @@ Workload subagent(const dsl::TemplateGraph& g, const WorkloadOptions& o) {
   std::mt19937_64 rng(o.seed);
   const std::vector<std::string> agents = {"history", "geography", "biography", "science"};
   const std::size_t kEntities = o.subagent_entities > 0 ? o.subagent_entities : std::size_t{12};
+  std::mt19937_64 sizes(o.seed ^ 0xC0A7'E475'12E5'0003ULL);
   for (const auto& a : agents)
-    for (std::size_t e = 0; e < kEntities; ++e)
-      w.corpus.push_back({{"key", "kb:" + a + ":" + entity_name(e)},
-                          {"text", "What the " + a + " base knows of " + entity_name(e) + "."}});
+    for (std::size_t e = 0; e < kEntities; ++e) {
+      std::string text = "What the " + a + " base knows of " + entity_name(e) + ".";
+      if (o.contexts == Contexts::paper)
+        text += " " + prose(sizes, draw_tokens(sizes, kPassageTokens) - 12);
+      w.corpus.push_back({{"key", "kb:" + a + ":" + entity_name(e)}, {"text", text}});
+    }
   w.tools = {{"kb_search", "kb:{{collection}}:{{entity}}"}};
   // Each sub-agent's summary of an entity is a long decode (about 200 words): the sub-task the
   // planner's window can hide is most of the request (paper Figure 4: overlap share 0.43 on
@@ -254,9 +316,12 @@ Workload hci(const dsl::TemplateGraph& g, const WorkloadOptions& o) {
   std::uniform_real_distribution<double> u(0, 1);
   // Think times: lognormal around the median (paper Figure 4, HCI: about 2.7 s).
   std::lognormal_distribution<double> think(std::log(o.think_median_s), 0.5);
+  std::mt19937_64 sizes(o.seed ^ 0xC0A7'E475'12E5'0004ULL);
   fill_runs(w, o, rng, [&](std::mt19937_64& gen, const std::string& marker) {
     Run r;
     r.input = "I need to plan a trip [d " + marker + "]";
+    if (o.contexts == Contexts::paper)
+      r.input = "Earlier: " + prose(sizes, draw_tokens(sizes, kDialogTokens)) + "\nNow: " + r.input;
     const std::vector<std::string> actions = {"book a flight " + marker, "find a hotel " + marker,
                                               "rent a car " + marker};
     if (const auto offer = dsl::render_stage(*g.stage("offer"), {{"dialog", r.input}}))
@@ -276,8 +341,25 @@ Workload hci(const dsl::TemplateGraph& g, const WorkloadOptions& o) {
 json react_think_request(const Run& run, std::size_t hop) {
   json body = chat("Think about the question and name the next entity to search as Search[entity].",
                    "Question: " + run.input, 384);
-  body["messages"].push_back({{"role", "user"}, {"content", "Hop " + std::to_string(hop) + "."}});
+  // With paper-sized contexts the harness sends the hops so far, as a chat ReAct agent keeps
+  // its scratchpad: each earlier thought, then the passage its search returned.
+  auto& messages = body["messages"];
+  for (std::size_t k = 0; k < hop && k < run.thoughts.size() && k < run.observations.size(); ++k) {
+    messages.push_back({{"role", "assistant"}, {"content", run.thoughts[k]}});
+    messages.push_back({{"role", "user"}, {"content", "Observation: " + run.observations[k]}});
+  }
+  messages.push_back({{"role", "user"}, {"content", "Hop " + std::to_string(hop) + "."}});
   return body;
+}
+
+const char* to_string(Contexts c) {
+  return c == Contexts::paper ? "paper" : "compact";
+}
+
+std::optional<Contexts> parse_contexts(std::string_view name) {
+  if (name == "compact") return Contexts::compact;
+  if (name == "paper") return Contexts::paper;
+  return std::nullopt;
 }
 
 json subagent_plan_request(const Run& run) {

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,10 @@ struct Run {
   std::vector<std::string> picks;  // per repetition: the selection of its decision
   double think_s = 0;              // HCI: the user's think time before the pick (simulated s)
   int popular = -1;                // an exact repeat of Workload::popular[popular], or -1
+  // ReAct with paper-sized contexts: per hop, the think stage's answer and the passage its
+  // search read, which every later hop's think request carries as its history.
+  std::vector<std::string> thoughts;
+  std::vector<std::string> observations;
 };
 
 struct Workload {
@@ -44,6 +49,16 @@ struct Workload {
   // a repeating run copies one's content under its own workflow id.
   std::vector<Run> popular;
 };
+
+// How long the prompts are. compact: a sentence or two per message (the traces' original
+// form). paper: the sizes the paper's traces have: Routing's handler prompt about 263 tokens at
+// p50 (section 2.2, F2), ReAct's think carrying every earlier hop's thought and passage (its
+// prompt grows per hop), passages and knowledge-base records about 130 tokens, HCI's dialog
+// about 150 tokens of conversation before the latest message.
+enum class Contexts { compact, paper };
+const char* to_string(Contexts c);
+// "compact" or "paper"; nullopt for anything else.
+std::optional<Contexts> parse_contexts(std::string_view name);
 
 struct WorkloadOptions {
   std::uint64_t seed = 1;
@@ -60,6 +75,7 @@ struct WorkloadOptions {
   // name comes before its arguments), instead of reasoning first: the trace on which resolving
   // on emission can stop the losers' fills early. HCI's decision is the user's either way.
   bool selection_first = false;
+  Contexts contexts = Contexts::compact;
 };
 
 // For the template `graph` of "routing", "react", "subagent" or "hci" (the deciders' scripted

@@ -151,6 +151,7 @@ struct SweepCli {
   bool no_plots = false;
   bool quiet = false;
   bool unpredictable = false;
+  std::string contexts = "compact";
   std::string plot_script = DYNRT_PLOT_SCRIPT;
 };
 
@@ -193,6 +194,8 @@ int run_sweep(SweepCli& cli) {
     o.predictability = 0;
     o.repeat_rate = 0;
   }
+  // CLI11 has checked the name.
+  o.contexts = bench::parse_contexts(cli.contexts).value_or(bench::Contexts::compact);
   if (o.http_record && !o.http) {
     std::cerr << "dynrt bench sweep: --record records the traffic of --http cells; add --http\n";
     return kExitUsage;
@@ -343,6 +346,12 @@ void add_sweep(CLI::App& bench, const std::string& kind, std::function<int()>& r
   cmd->add_flag("--selection-first", cli->options.selection_first,
                 "The deciders write their selection before their reasoning (as a tool call's "
                 "name comes before its arguments), so it is emitted early in their decode");
+  cmd->add_option("--contexts", cli->contexts,
+                  "Prompt sizes: compact (a sentence or two per message) or paper (the paper's "
+                  "traces: Routing's handler prompt about 263 tokens at p50, ReAct's think "
+                  "carrying every earlier hop, passages about 130 tokens)")
+      ->check(CLI::IsMember({"compact", "paper"}))
+      ->capture_default_str();
   cmd->add_flag("!--no-emission", cli->options.emission,
                 "Resolve branches only at the end of the decider's decode, not as soon as its "
                 "selection is emitted (to measure what resolving on emission saves)");

@@ -145,6 +145,29 @@ with tempfile.TemporaryDirectory() as tmp:
         emitted[flag] = full["fills_outrun"]
     check(emitted[""] > 0 and emitted["--no-emission"] == 0,
           "fills are stopped on emission only when it is on (%s)" % emitted)
+    # Paper-sized prompts: the report says so, and the handler's prompt is several times the
+    # compact trace's (about 263 tokens at p50, section 2.2's F2).
+    handler_tokens = {}
+    for contexts in ["compact", "paper"]:
+        out = os.path.join(tmp, "contexts-" + contexts)
+        r = bench("sweep", "routing", "--seeds", "1", "--loads", "0.3", "--requests", "40",
+                  "--arms", "full", "--contexts", contexts, "--saturation", "10", "--quiet",
+                  "--no-plots", "--out", out)
+        check(r.returncode == 0, "bench sweep --contexts %s exits 0 (stderr: %s)" %
+              (contexts, r.stderr[-400:]))
+        with open(os.path.join(out, "results.json")) as f:
+            doc = json.load(f)
+        check(doc["contexts"] == contexts, "the report says which prompt sizes it ran")
+        floor = [rec for rec in doc["records"] if rec["arm"] == "floor"][0]
+        handler_tokens[contexts] = [s["prompt_tokens"] for s in floor["stages"]
+                                    if s["stage"] == "handle"][0]
+        check(all(rec["accuracy"] == 1.0 for rec in doc["records"]),
+              "full answers like the floor with %s prompts" % contexts)
+    check(handler_tokens["compact"] < 80 and 230 < handler_tokens["paper"] < 320,
+          "the handler's prompt tokens per call, compact and paper: %s" % handler_tokens)
+    r = bench("sweep", "routing", "--contexts", "huge", "--out", os.path.join(tmp, "bad"))
+    check(r.returncode == 2 and "--contexts" in r.stderr,
+          "an unknown prompt size is refused: %r" % r.stderr[-200:])
     bursty_out = os.path.join(tmp, "bursty")
     # Given a saturation rate, the bursty trace and the ablation skip measuring it.
     r = bench("bursty", "hci", "--seeds", "1", "--requests", "40", "--arms", "full",

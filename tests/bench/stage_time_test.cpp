@@ -43,6 +43,33 @@ TEST(StageTally, AddsCallsPerStageAndHowServedOverTheRuns) {
   EXPECT_DOUBLE_EQ(t[2].per_run_s, 0.0);
 }
 
+// The prompt tokens of a stage's calls as the simulated engine counts them, whoever served
+// them; a tool call has none.
+TEST(StageTally, AveragesThePromptTokensOfAStagesCalls) {
+  auto call = [](const char* stage, std::string text) {
+    Step s = step(stage, Served::engine, 100);
+    s.endpoint = "/v1/chat/completions";
+    s.request = {{"messages", nlohmann::json::array({{{"role", "user"}, {"content", text}}})}};
+    return s;
+  };
+  Step tool = step("search", Served::engine, 10);
+  tool.endpoint = "/v1/dynrt/tools/search";
+  tool.request = {{"query", std::string(400, 'q')}};
+  RunResult run;
+  // 40 and 400 characters: 10 and 100 tokens, and 4 for the message and 1 more each.
+  run.steps = {call("read", std::string(40, 'a')), call("read", std::string(400, 'b')), tool};
+  detail::StageTally tally;
+  tally.add(run);
+  const auto t = tally.stage_times();
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_DOUBLE_EQ(t[0].prompt_tokens, (15 + 105) / 2.0);
+  EXPECT_DOUBLE_EQ(t[1].prompt_tokens, 0.0);
+  // Seeds average per call, weighted by their calls.
+  const std::vector<StageTime> a = {{"read", "engine", 2, 1, 2, 100}};
+  const std::vector<StageTime> b = {{"read", "engine", 1, 1, 1, 400}};
+  EXPECT_DOUBLE_EQ(mean_stage_times({a, b})[0].prompt_tokens, 200.0);
+}
+
 TEST(StageTally, NoRunsGiveNoFigures) {
   EXPECT_TRUE(detail::StageTally{}.stage_times().empty());
 }
