@@ -593,6 +593,7 @@ CellResult run_cell(const CellContext& cx) {
   StageTally stage_tally;
   ProgressBar bar(o.progress, o.progress_style, cx.label, n);
   const double start_s = world.now_s();
+  const auto counters_at_start = engine->counters();
   for (std::size_t i = 0; i < n; ++i) {
     world.at(t.arrival_s[i], [&, i] {
       const double arrived = world.now_s();
@@ -615,6 +616,7 @@ CellResult run_cell(const CellContext& cx) {
     for (std::size_t i = 0; i < n; ++i)
       if (latency[i] < 0 && errors[i].empty()) errors[i] = "the run never finished";
   res.wall_s = std::chrono::duration<double>(Clock::now() - wall_start).count();
+  const double span_s = world.now_s() - start_s;
 
   const RuntimeStats st = rt->stats();
   rt->shutdown();
@@ -632,6 +634,13 @@ CellResult run_cell(const CellContext& cx) {
   res.fills_consumed = static_cast<double>(st.fills_consumed) * per;
   res.fills_discarded = static_cast<double>(st.shadows_discarded + st.fills_cancelled) * per;
   res.speculative_engine_s = seconds(counters.background_busy) * per;
+  // How full the KV pools were over the trace, and how often they, not the slots, held
+  // requests back (engines/sim/model.hpp).
+  if (const engines::LoadSnapshot pool = engine->load(); span_s > 0 && pool.kv_total > 0) {
+    res.kv_use = (counters.kv_token_s - counters_at_start.kv_token_s) / (pool.kv_total * span_s);
+    res.kv_wait_share = seconds(counters.kv_wait - counters_at_start.kv_wait) /
+                        (std::max(1, pool.batches) * span_s);
+  }
   // The simulated engine knows the slot time of each cancelled request exactly (from its
   // admission, without the queue): it replaces the runtime's wall-time measure of them.
   res.wasted_engine_s = std::min(

@@ -124,6 +124,7 @@ SweepPoint over_seeds(const std::vector<CellResult>& cells) {
   SweepPoint p;
   p.seeds = cells.size();
   std::vector<double> means, p50, p99, ratio, issued, consumed, wasted, gate, drafts, drafting;
+  std::vector<double> kv_use, kv_wait;
   std::vector<std::vector<StageTime>> stages;
   std::vector<double> fill_p, fill_used;
   for (const auto& c : cells) {
@@ -141,6 +142,8 @@ SweepPoint over_seeds(const std::vector<CellResult>& cells) {
     wasted.push_back(c.wasted_engine_s);
     drafts.push_back(c.draft_samples);
     drafting.push_back(c.drafting_engine_s);
+    kv_use.push_back(c.kv_use);
+    kv_wait.push_back(c.kv_wait_share);
     if (c.gate_open_share >= 0) gate.push_back(c.gate_open_share);
     p.accuracy = std::min(p.accuracy, c.accuracy);
     p.failures += c.failures;
@@ -156,6 +159,8 @@ SweepPoint over_seeds(const std::vector<CellResult>& cells) {
   p.gate_open_share = gate.empty() ? -1 : mean(gate);
   p.draft_samples = mean(drafts);
   p.drafting_engine_s = mean(drafting);
+  p.kv_use = mean(kv_use);
+  p.kv_wait_share = mean(kv_wait);
   p.stages = mean_stage_times(stages);
   p.fill_p = fill_p.empty() ? -1 : mean(fill_p);
   p.fill_used_share = fill_used.empty() ? -1 : mean(fill_used);
@@ -274,6 +279,9 @@ json SweepRecord::to_json() const {
             {"fills_outrun", cell.fills_outrun},
             {"draft_samples", cell.draft_samples},
             {"drafting_engine_s", cell.drafting_engine_s},
+            {"kv_use", cell.kv_use},
+            {"kv_wait_share", cell.kv_wait_share},
+            {"window_over_downstream", cell.window_over_downstream},
             {"gate_open_share", cell.gate_open_share},
             {"gate_audit_share", cell.gate_audit_share},
             {"fill_p", cell.fill_p},
@@ -320,6 +328,8 @@ json SweepPoint::to_json() const {
             {"fill_used_share", fill_used_share},
             {"draft_samples", draft_samples},
             {"drafting_engine_s", drafting_engine_s},
+            {"kv_use", kv_use},
+            {"kv_wait_share", kv_wait_share},
             {"failures", failures},
             {"stages", stage_times_json(stages)}};
   if (http)
@@ -498,6 +508,17 @@ void stage_table(std::ostream& md, const SweepResult& r, const std::string& work
     if (!sizes.empty())
       md << "\nPrompt tokens per model call, as the engine counts them: " << sizes << ".\n";
   }
+  // Whether the KV pools bound: the floor's mean KV in use, and the share of time its queues
+  // waited for KV with a slot free, per load.
+  std::string kv;
+  for (const double load : loads)
+    if (const SweepPoint* floor = find_point(r, workload, load, "floor"))
+      kv += (kv.empty() ? "" : ", ") + fixed(load) + ": " + fixed(floor->kv_use * 100, 0) + "% (" +
+            fixed(floor->kv_wait_share * 100, 0) + "%)";
+  if (!kv.empty())
+    md << "\nThe floor's KV pools in use on average, and (in brackets) the share of time its "
+          "queues waited for KV with a decode slot free, by load: "
+       << kv << ".\n";
 }
 
 std::string format_sweep(const SweepOptions& o, const SweepResult& r) {

@@ -102,6 +102,8 @@ struct SweepPoint {  // one (workload, load, arm) over the seeds
   double fill_used_share = -1;
   double draft_samples = 0;  // drafter samples per run, and their engine-seconds
   double drafting_engine_s = 0;
+  double kv_use = 0;  // means over seeds (CellResult)
+  double kv_wait_share = 0;
   std::size_t failures = 0;
   std::vector<StageTime> stages;  // means over seeds (mean_stage_times)
   // The same figures over HTTP (--http); null when the arm was not run there.

@@ -149,6 +149,8 @@ SimCounters SimEngine::counters() const {
     sum.busy += c.busy;
     sum.background_busy += c.background_busy;
     sum.wasted += c.wasted;
+    sum.kv_token_s += c.kv_token_s;
+    sum.kv_wait += c.kv_wait;
   }
   return sum;
 }

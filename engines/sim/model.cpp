@@ -281,6 +281,7 @@ void SimModel::advance(SimTime until, std::vector<SimEvent>& events) {
   while (true) {
     const std::optional<SimTime> t = next_event();
     if (!t || *t > until) break;
+    account(*t);
     now_ = std::max(now_, *t);
     // 1. errors reported at submission or cancellation, once their time comes
     std::erase_if(pending_errors_, [&](SimEvent& e) {
@@ -353,7 +354,18 @@ void SimModel::advance(SimTime until, std::vector<SimEvent>& events) {
     // 6. the next step
     start_step();
   }
+  account(until);
   now_ = std::max(now_, until);
+}
+
+void SimModel::account(SimTime to) {
+  if (to <= now_) return;
+  const Duration span = to - now_;
+  counters_.kv_token_s +=
+      static_cast<double>(kv_reserved_) * std::chrono::duration<double>(span).count();
+  if (!queue_.empty() && slots_busy_ < params_.slots &&
+      kv_reserved_ + requests_.at(queue_.begin()->second).kv_need > params_.kv_tokens)
+    counters_.kv_wait += span;
 }
 
 LoadSnapshot SimModel::load() const {

@@ -89,6 +89,12 @@ struct SimCounters {
   Duration busy{0};             // slot time of admitted requests
   Duration background_busy{0};  // ... of dynrt's fills (a priority above 0, or kind fill)
   Duration wasted{0};           // slot time of requests cancelled after admission
+  // The KV tokens reserved by admitted requests, integrated over simulated time (token-seconds):
+  // divided by the pool and a span, the share of the pool in use over it.
+  double kv_token_s = 0;
+  // Time the head of the queue waited for KV room while a decode slot was free: the KV pool,
+  // not the slots, was what bound.
+  Duration kv_wait{0};
 };
 
 class SimModel {
@@ -160,6 +166,9 @@ class SimModel {
   SimParams params_;
   Script script_;
   SimTime now_{0};
+  // Adds the KV occupancy of [now_, to) to the counters; state changes only at now_, so it is
+  // called before now_ moves.
+  void account(SimTime to);
   std::map<RequestHandle, Req> requests_;
   std::map<QueueKey, RequestHandle> queue_;
   std::multimap<SimTime, RequestHandle> arrivals_;  // submitted for a time not yet reached

@@ -147,7 +147,7 @@ with tempfile.TemporaryDirectory() as tmp:
           "fills are stopped on emission only when it is on (%s)" % emitted)
     # Paper-sized prompts: the report says so, and the handler's prompt is several times the
     # compact trace's (about 263 tokens at p50, section 2.2's F2).
-    handler_tokens = {}
+    handler_tokens, kv_use = {}, {}
     for contexts in ["compact", "paper"]:
         out = os.path.join(tmp, "contexts-" + contexts)
         r = bench("sweep", "routing", "--seeds", "1", "--loads", "0.3", "--requests", "40",
@@ -161,10 +161,14 @@ with tempfile.TemporaryDirectory() as tmp:
         floor = [rec for rec in doc["records"] if rec["arm"] == "floor"][0]
         handler_tokens[contexts] = [s["prompt_tokens"] for s in floor["stages"]
                                     if s["stage"] == "handle"][0]
+        kv_use[contexts] = floor["kv_use"]
+        check(0 <= floor["kv_wait_share"] <= 1, "the share of time spent waiting for KV")
         check(all(rec["accuracy"] == 1.0 for rec in doc["records"]),
               "full answers like the floor with %s prompts" % contexts)
     check(handler_tokens["compact"] < 80 and 230 < handler_tokens["paper"] < 320,
           "the handler's prompt tokens per call, compact and paper: %s" % handler_tokens)
+    check(0 < kv_use["compact"] < kv_use["paper"] < 1,
+          "longer prompts hold more of the KV pools: %s" % kv_use)
     r = bench("sweep", "routing", "--contexts", "huge", "--out", os.path.join(tmp, "bad"))
     check(r.returncode == 2 and "--contexts" in r.stderr,
           "an unknown prompt size is refused: %r" % r.stderr[-200:])

@@ -159,6 +159,38 @@ TEST(SimModel, RequestsQueueForKvAndOversizedOnesAreRejected) {
   EXPECT_EQ(small.completion(1)->error.kind, ErrorKind::rejected);
 }
 
+// The counters say how full the KV pool was and how long the queue waited for KV with a slot
+// free: the second request waits exactly as long as the first holds its KV, and the pool holds
+// one request's reservation throughout (kv_need = prompt + completion tokens).
+TEST(SimModel, CountersIntegrateTheKvInUseAndTheWaitForIt) {
+  SimParams p;
+  const EngineRequest first = chat(std::string(4000, 'x'), 100);
+  const EngineRequest second = chat(std::string(4000, 'y'), 100);
+  auto need = [](const EngineRequest& r) {
+    const Generation g = gen_of(r);
+    return static_cast<double>(g.prompt_tokens) + static_cast<double>(g.tokens.size());
+  };
+  p.kv_tokens = gen_of(first).prompt_tokens + 100 + 50;  // room for one, not two
+  Sim run(p);
+  run.model.submit(1, first, at_ms(0));
+  run.model.submit(2, second, at_ms(0));
+  run.all();
+  const SimCounters& c = run.model.counters();
+  EXPECT_NEAR(in_ms(c.kv_wait), run.done_ms(1), 1e-6);
+  const double expected =
+      (need(first) * run.done_ms(1) + need(second) * (run.done_ms(2) - run.done_ms(1))) / 1000;
+  EXPECT_NEAR(c.kv_token_s, expected, 1e-6 * expected);
+  // Nothing waits when slots, not KV, are short: one slot, two small requests.
+  SimParams one;
+  one.slots = 1;
+  Sim slots(one);
+  slots.model.submit(1, chat("a", 10), at_ms(0));
+  slots.model.submit(2, chat("b", 10), at_ms(0));
+  slots.all();
+  EXPECT_EQ(slots.model.counters().kv_wait, Duration::zero());
+  EXPECT_GT(slots.model.counters().kv_token_s, 0);
+}
+
 // Figure 5b in the engine: a canonical request decoding beside 48 fills that hold 0.244% of
 // the KV pool each is about 53% slower per token than alone.
 TEST(SimModel, InterferenceFollowsFigure5b) {
