@@ -106,21 +106,21 @@ struct CellResult {
   double fills_consumed = 0;
   double fills_discarded = 0;       // shadows discarded (losers, expired, refused)
   double speculative_engine_s = 0;  // engine time of fills (simulated seconds)
+  double wasted_engine_s = 0;       // ... of fills nobody consumed
+  double served_fill = 0;           // demands served by fills, per request
+  double served_cache = 0;          // ... from the library or a harness cache
+  double waits = 0;                 // demands that waited for their in-flight fill, per request
+  double wait_timeouts = 0;         // ... and ran on the engine after the template's wait_ms
+  double hedge_fills = 0;           // ... and were answered by their fill all the same
+  double requeued = 0;              // fill requests moved up the engine's queue for a waiter
+  double fills_outrun = 0;          // fills stopped when their decider emitted another selection
+  double draft_samples = 0;         // drafter samples sent, per request
+  double drafting_engine_s = 0;     // ... and their engine time (simulated seconds)
   // Over the trace (its first arrival to its last answer): the mean share of the engines' KV
   // pools reserved, and the share of each worker's time its queue waited for KV with a decode
   // slot free.
   double kv_use = 0;
   double kv_wait_share = 0;
-  double wasted_engine_s = 0;    // ... of fills nobody consumed
-  double served_fill = 0;        // demands served by fills, per request
-  double served_cache = 0;       // ... from the library or a harness cache
-  double waits = 0;              // demands that waited for their in-flight fill, per request
-  double wait_timeouts = 0;      // ... and ran on the engine after the template's wait_ms
-  double hedge_fills = 0;        // ... and were answered by their fill all the same
-  double requeued = 0;           // fill requests moved up the engine's queue for a waiter
-  double fills_outrun = 0;       // fills stopped when their decider emitted another selection
-  double draft_samples = 0;      // drafter samples sent, per request
-  double drafting_engine_s = 0;  // ... and their engine time (simulated seconds)
   // The share of decisions at which the generation gate (Action 0) opened, and of those the
   // share an audit opened; -1 when the arm made no decision (no fills).
   double gate_open_share = -1;

@@ -193,7 +193,7 @@ std::optional<SimTime> SimModel::next_event() const {
   if (!arrivals_.empty()) earliest(arrivals_.begin()->first);
   if (!queue_.empty()) {
     const Req& head = requests_.at(queue_.begin()->second);
-    if (slots_busy_ < params_.slots && kv_reserved_ + head.kv_need <= params_.kv_tokens) {
+    if (slot_free() && kv_room(head)) {
       earliest(now_);
     }
   }
@@ -257,7 +257,7 @@ void SimModel::admit(SimTime now, std::vector<SimEvent>& events) {
   while (!queue_.empty()) {
     const RequestHandle h = queue_.begin()->second;
     Req& r = requests_.at(h);
-    if (slots_busy_ >= params_.slots || kv_reserved_ + r.kv_need > params_.kv_tokens) break;
+    if (!slot_free() || !kv_room(r)) break;
     queue_.erase(queue_.begin());
     ++slots_busy_;
     kv_reserved_ += r.kv_need;
@@ -363,8 +363,7 @@ void SimModel::account(SimTime to) {
   const Duration span = to - now_;
   counters_.kv_token_s +=
       static_cast<double>(kv_reserved_) * std::chrono::duration<double>(span).count();
-  if (!queue_.empty() && slots_busy_ < params_.slots &&
-      kv_reserved_ + requests_.at(queue_.begin()->second).kv_need > params_.kv_tokens)
+  if (!queue_.empty() && slot_free() && !kv_room(requests_.at(queue_.begin()->second)))
     counters_.kv_wait += span;
 }
 

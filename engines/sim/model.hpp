@@ -169,6 +169,9 @@ class SimModel {
   // Adds the KV occupancy of [now_, to) to the counters; state changes only at now_, so it is
   // called before now_ moves.
   void account(SimTime to);
+  // What admitting a queued request takes: a free decode slot and room for its KV.
+  bool slot_free() const { return slots_busy_ < params_.slots; }
+  bool kv_room(const Req& r) const { return kv_reserved_ + r.kv_need <= params_.kv_tokens; }
   std::map<RequestHandle, Req> requests_;
   std::map<QueueKey, RequestHandle> queue_;
   std::multimap<SimTime, RequestHandle> arrivals_;  // submitted for a time not yet reached
