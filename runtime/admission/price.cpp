@@ -36,10 +36,12 @@ Prices PriceCurves::at(const LoadView& v) const {
               std::min(waited, p_.batches) * m.sharing_overhead / fill_slots_) /
              (1.0 - slot_use);
   out.kv = waited * m.kv_marginal(share) / (1.0 - kv_use);
-  // The direct stall: every waited-for request decoding in the batch the prompt joins waits
-  // for it. (Steepening it near capacity, as the slot price is, overpriced fills at moderate load:
-  // docs/benchmarks.md, "Prompts priced".)
-  out.prefill = per_batch * p_.prefill_ms_per_token;
+  // The stall: every waited-for request decoding in the batch the prompt joins waits for its
+  // prefill, and past the compute-bound batch that forward-pass time is taken from every step
+  // after it too, so it steepens with the same slot use as the slot price (without the factor
+  // the no-harm trace ran up to 11% behind the floor with paper-sized prompts:
+  // docs/benchmarks.md, "Prefill priced as compute").
+  out.prefill = per_batch * p_.prefill_ms_per_token / (1.0 - slot_use);
   return out;
 }
 

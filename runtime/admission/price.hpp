@@ -27,16 +27,17 @@
 //   - prefill: under chunked prefill (vLLM's and SGLang's default) a prompt is processed inside
 //     the decode steps, and every request decoding in its batch waits prefill_ms_per_token per
 //     prompt token. A fill's prompts therefore delay each canonical request of the batch they
-//     join by their whole prefill time: the direct stall, with no congestion factor. Unlike the
-//     stretch this does not shrink with the batch: at load, a fill's prompt can cost canonical
-//     requests more than its decode. Zero where the engines do not say what a prompt token
-//     costs.
-// The slot and KV prices carry a congestion factor 1 / (1 - u) that steepens them near capacity
-// (u: decode-slot utilization, canonical requests and fills, for the slot price; the KV in use
-// for the KV price; capped at 0.95). How full the fill budget is does not enter them: that is a
-// shortage of fill slots, not a delay to canonical work, and the controller's reserve price
-// rations it (controller.hpp). Every factor is non-decreasing in every component of V, so both
-// curves are monotone componentwise, which Proposition A.8 needs.
+//     join by their whole prefill time. Unlike the stretch this does not shrink with the batch:
+//     at load, a fill's prompt can cost canonical requests more than its decode. Zero where the
+//     engines do not say what a prompt token costs.
+// All three prices carry a congestion factor 1 / (1 - u) that steepens them near capacity
+// (u: decode-slot utilization, canonical requests and fills, for the slot and prefill prices;
+// the KV in use for the KV price; capped at 0.95). For the prefill price it stands for the
+// compute a prompt takes: past the batch where a worker is compute-bound, its forward passes
+// lengthen every step after it, not only the one it joins. How full the fill budget is does not
+// enter them: that is a shortage of fill slots, not a delay to canonical work, and the controller's
+// reserve price rations it (controller.hpp). Every factor is non-decreasing in every component of
+// V, so the curves are monotone componentwise, which Proposition A.8 needs.
 //
 // Pure.
 #pragma once

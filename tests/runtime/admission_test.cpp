@@ -221,7 +221,7 @@ TEST(Prices, FillsLikelyToBeConsumedCountAsWorkACallerWaitsFor) {
   const double u = (6.4 + 8) / 64;  // the 8 fills are slot use, counted once
   EXPECT_NEAR(b.slot, (waited / 4 * 0.00025 + 4 * 0.045 / 16) / (1 - u), 1e-12);
   EXPECT_NEAR(b.kv, waited * 12.3 * 1.52 * std::pow(0.2, 0.52) / (1 - 0.2), 1e-9);
-  EXPECT_NEAR(b.prefill, waited / 4 * 0.157, 1e-12);
+  EXPECT_NEAR(b.prefill, waited / 4 * 0.157 / (1 - u), 1e-12);
   EXPECT_GT(b.kv, curves.at(v).kv);
   // More expected consumption than fills in flight is clamped to the fills.
   LoadView over = v;
@@ -254,7 +254,9 @@ TEST(Prices, KvIsPricedAtTheEnginesOccupancy) {
 
 // Under chunked prefill a fill's prompt stalls every request decoding in the batch it joins, by
 // its whole prefill time: the price is per prompt token, counted against the canonical requests
-// of one batch, and zero where the engines do not say what a prompt token costs.
+// of one batch, steepened by the slots in use as the slot price is (near the compute-bound batch
+// the forward passes it takes delay every step after it), and zero where the engines do not say
+// what a prompt token costs.
 TEST(Prices, APromptStallsTheCanonicalRequestsOfItsBatch) {
   PriceCurves curves;              // 64 slots
   const LoadView half{0, 0, 0.5};  // 32 canonical requests
@@ -264,13 +266,18 @@ TEST(Prices, APromptStallsTheCanonicalRequestsOfItsBatch) {
   EXPECT_EQ(curves.at(half).prefill, 0);
   EXPECT_EQ(curves.cost(half, prompted), curves.cost(half, decode));  // unknown: unpriced
   curves.set_prefill(0.157, 1);
-  EXPECT_NEAR(curves.at(half).prefill, 32 * 0.157, 1e-12);
-  EXPECT_NEAR(curves.cost(half, prompted) - curves.cost(half, decode), 300 * 32 * 0.157, 1e-9);
+  // Half the slots in use: the stall of 32 requests, doubled.
+  EXPECT_NEAR(curves.at(half).prefill, 32 * 0.157 / (1 - 0.5), 1e-12);
+  EXPECT_NEAR(curves.cost(half, prompted) - curves.cost(half, decode), 300 * 32 * 0.157 / 0.5,
+              1e-9);
   // Four batches: a prompt joins one of them, with a quarter of the canonical requests.
   curves.set_prefill(0.157, 4);
-  EXPECT_NEAR(curves.at(half).prefill, 8 * 0.157, 1e-12);
-  // The direct stall, with no congestion factor: the same at any fill occupancy.
-  EXPECT_EQ(curves.at(LoadView{1.0, 0.9, 0.5}).prefill, curves.at(half).prefill);
+  EXPECT_NEAR(curves.at(half).prefill, 8 * 0.157 / 0.5, 1e-12);
+  // A full fill budget (16 fills nobody will read) stalls nobody itself, but takes slots: with
+  // 48 of 64 in use the same stall costs twice as much as with 32.
+  EXPECT_NEAR(curves.at(LoadView{1.0, 0.9, 0.5}).prefill, 2 * curves.at(half).prefill, 1e-12);
+  // The factor is capped where the slot price's is (use 0.95: twenty times the stall).
+  EXPECT_NEAR(curves.at(LoadView{1.0, 0, 1.0}).prefill, 16 * 0.157 / (1 - 0.95), 1e-9);
   EXPECT_EQ(curves.at(LoadView{0.5, 0.5, 0}).prefill, 0);  // nobody to stall
   // Nonsense from an engine: no stall, at least one batch.
   curves.set_prefill(-1, 0);
