@@ -151,7 +151,7 @@ struct SweepCli {
   bool no_plots = false;
   bool quiet = false;
   bool unpredictable = false;
-  std::string contexts = "compact";
+  std::string contexts = "paper";  // --contexts: the paper's prompt sizes unless asked
   std::string plot_script = DYNRT_PLOT_SCRIPT;
 };
 
