@@ -195,7 +195,7 @@ int run_sweep(SweepCli& cli) {
     o.repeat_rate = 0;
   }
   // CLI11 has checked the name.
-  o.contexts = bench::parse_contexts(cli.contexts).value_or(bench::Contexts::compact);
+  o.contexts = bench::parse_contexts(cli.contexts).value_or(bench::Contexts::paper);
   if (o.http_record && !o.http) {
     std::cerr << "dynrt bench sweep: --record records the traffic of --http cells; add --http\n";
     return kExitUsage;
