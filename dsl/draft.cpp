@@ -1276,6 +1276,37 @@ json shape(const json& j) {
   return j;
 }
 
+// A harness that resends its conversation: every call of a chat stage carries the run's
+// messages so far, so the list grows along a run (the last message may be a new one each time)
+// while its first messages stay put. Returns how many leading messages every run's calls share,
+// or nothing when the calls do not follow that pattern (or all have one length).
+std::optional<std::size_t> resent_history(const std::vector<Instance>& instances) {
+  std::map<const RunCalls*, std::vector<const json*>> by_run;  // instances are in run order
+  std::set<std::size_t> lengths;
+  for (const Instance& in : instances) {
+    const json* m = at_pointer(*in.call().request, "/messages");
+    if (!m || !m->is_array() || m->empty()) return std::nullopt;
+    by_run[in.run].push_back(m);
+    lengths.insert(m->size());
+  }
+  if (lengths.size() < 2) return std::nullopt;
+  std::size_t head = *lengths.begin();
+  bool grows = false;
+  for (const auto& [run, lists] : by_run)
+    for (std::size_t i = 1; i < lists.size(); ++i) {
+      const json& a = *lists[i - 1];
+      const json& b = *lists[i];
+      if (b.size() < a.size()) return std::nullopt;  // a list that shrinks is not a history
+      grows = grows || b.size() > a.size();
+      std::size_t same = 0;
+      while (same < a.size() && a[same] == b[same])
+        ++same;
+      head = std::min(head, same);
+    }
+  if (!grows || head == 0) return std::nullopt;
+  return head;
+}
+
 bool is_param(const std::string& key) {
   return key != "messages" && key != "prompt" && key != "model" && key != "stream" &&
          key != "stream_options";
@@ -1323,6 +1354,41 @@ void Drafter::infer_stage(StageDraft& s0) {
     }
     const double t = s0.params.value("temperature", 1.0);
     s0.greedy = t == 0 || s0.params.contains("seed");
+  }
+  // A stage whose calls resend the conversation so far: the request is that list, bound whole
+  // (as templates/coding-agent.yaml binds it). Its leading messages, which every call repeats,
+  // may still carry values later stages need (the question a run asks): those are inferred as
+  // usual, and whatever explains them is bound here too.
+  if (!s0.tool && body.contains("messages")) {
+    if (const auto head = resent_history(s0.instances)) {
+      std::size_t shortest = static_cast<std::size_t>(-1), longest = 0;
+      for (const Instance& in : s0.instances) {
+        const std::size_t n = in.call().request->at("messages").size();
+        shortest = std::min(shortest, n);
+        longest = std::max(longest, n);
+      }
+      const std::string history = unique_name("history", stage + "_history");
+      vars_.push_back(Var{history, VarKind::input, stage, {"/messages", "", ""}});
+      std::vector<std::string> pointers;
+      for (std::size_t i = 0; i < *head; ++i)
+        string_leaves(req0.at("messages").at(i), "/messages/" + std::to_string(i),
+                      [&](const std::string& p, const std::string&) { pointers.push_back(p); });
+      const std::size_t notes = self().notes.size();
+      for (const std::string& p : pointers) {
+        std::vector<std::string> values;
+        for (const Instance& in : self().instances)
+          values.push_back(read(*in.call().request, {p, "", ""}).value_or(""));
+        if (!std::all_of(values.begin(), values.end(), [&](auto& v) { return v == values[0]; }))
+          infer_leaf(stage, p, values);  // binds what it finds; the text itself stays in the list
+      }
+      self().notes.resize(notes);  // calls a leaf's text does not fit still match the list
+      body["messages"] = "{{" + history + "}}";
+      self().notes.push_back("its calls resend the conversation so far (" +
+                             std::to_string(shortest) + " to " + std::to_string(longest) +
+                             " messages): the request is that list, bound whole as " + history);
+      self().body = body;
+      return;
+    }
   }
   // Every call must have the first one's shape.
   auto body_of = [&](const json& request) {

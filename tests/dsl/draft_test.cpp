@@ -170,6 +170,81 @@ TEST(Draft, AStageThatRepeatsMakesALoopWhoseIndexTemplatesUse) {
       << d.yaml;  // every link, not only the first
 }
 
+// A chat agent that resends its conversation (as LangGraph's ReAct agent does): each think call
+// carries the question, every earlier thought and observation, and the new hop's prompt.
+TEST(Draft, AStageThatResendsItsConversationBindsTheWholeList) {
+  Recorder r;
+  for (int i = 0; i < 30; ++i) {
+    const std::string id = "c" + std::to_string(i);
+    const std::string question = "Who knows item " + std::to_string(i) + "?";
+    json history = json::array({msg("system", "Name the next entity as Search[entity]."),
+                                msg("user", "Question: " + question)});
+    const int hops = 1 + i % 3;
+    for (int hop = 0; hop < hops; ++hop) {
+      const std::string entity = "E" + std::to_string((i * 3 + hop) % 40) + "x";
+      json messages = history;
+      messages.push_back(msg("user", "Hop " + std::to_string(hop) + "."));
+      const std::string thought = "Reasoning " + std::to_string(hop) + ".\nSearch[" + entity + "]";
+      r.chat("react", id, "think", messages, thought);
+      const std::string passage = entity + " links to [[E" + std::to_string(hop) + "x]].";
+      r.call("react", id, "retrieve", "/v1/dynrt/tools/retrieve", {{"entity", entity}},
+             {{"passage", passage}});
+      // The reader needs the question, which only the resent list carries.
+      r.chat("react", id, "read",
+             json::array({msg("system", "Extract the facts."),
+                          msg("user", "Question: " + question + "\nPassage: " + passage)}),
+             "Facts " + std::to_string(hop) + ".");
+      history.push_back(msg("assistant", thought));
+      history.push_back(msg("user", "Observation: " + passage));
+    }
+  }
+  DraftOptions o;
+  o.read_only_tools["retrieve"].reads = {"corpus:{{entity}}"};
+  const Draft d = only(draft_templates(r.records, o));
+  EXPECT_TRUE(d.todos.empty()) << d.yaml;
+  const LintReport lint = lint_text("react.yaml", d.yaml);
+  EXPECT_TRUE(lint.diagnostics.empty()) << d.yaml;
+  ASSERT_EQ(lint.graphs().size(), 1u) << d.yaml;
+  EXPECT_NE(d.yaml.find("history: /messages"), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("messages: \"{{history}}\""), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("resend the conversation so far (3 to 7 messages)"), std::string::npos)
+      << d.yaml;
+  // The question is still bound from the list's second message, for the reader.
+  EXPECT_NE(d.yaml.find("regex: \"^Question: Who knows item (.*)\\\\?$\""), std::string::npos)
+      << d.yaml;
+
+  // The think stage renders every recorded call exactly: the list it sent.
+  const TemplateGraph& g = *lint.graphs().front();
+  const Stage* think = g.stage("think");
+  ASSERT_TRUE(think);
+  EXPECT_TRUE(think->speculable);
+  std::size_t thinks = 0;
+  for (const json& rec : r.records) {
+    if (rec["stage"] != "think") continue;
+    ++thinks;
+    const auto t = render_stage(*think, {{"history", rec["request"]["messages"]}});
+    ASSERT_TRUE(t.ok()) << d.yaml << t.error().message;
+    EXPECT_EQ(t->body, rec["request"]);
+  }
+  EXPECT_EQ(thinks, 60u);
+}
+
+// Calls whose lists shrink along a run, or never grow within one, are not a resent history.
+TEST(Draft, ListsThatDoNotGrowAlongARunAreNotAHistory) {
+  Recorder r;
+  for (int i = 0; i < 10; ++i) {
+    const std::string id = "s" + std::to_string(i);
+    json longer = json::array({msg("user", "Check"), msg("user", "twice")});
+    json shorter = json::array({msg("user", "Check")});
+    r.chat("shrink", id, "check", longer, "fine");
+    r.chat("shrink", id, "check", shorter, "fine");
+  }
+  const Draft d = only(draft_templates(r.records));
+  EXPECT_EQ(d.yaml.find("{{history}}"), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("10 of 20 calls have a different request shape"), std::string::npos)
+      << d.yaml;
+}
+
 TEST(Draft, AnItemPickedFromAnOfferedListIsAPersonsDecision) {
   Recorder r;
   const char* offers[] = {"book a flight", "find a hotel", "rent a car"};

@@ -30,14 +30,12 @@ WORKLOADS = ["routing", "react", "subagent", "hci"]
 TIME_SCALE = "25"  # real ms per simulated second: a recorded cell takes seconds
 PROFILE = "h200x4-32b"
 LOAD = "0.1"  # of saturation: the timed warm-up (30 simulated s of arrivals) stays short
-# The floor's saturation rates on PROFILE with compact prompts (docs/benchmarks.md), given rather
-# than measured: the measuring burst was most of this test's time, and the recording only needs
-# a light load.
-SATURATION = {"routing": "35.2", "react": "18.8", "subagent": "23.5", "hci": "100"}
-# Compact prompts: with the paper-sized ones the ReAct harness resends its scratchpad as a
-# growing list of messages, and `template draft` follows the first call's shape and leaves a
-# to-do for the rest (docs/templates.md), which this round trip is not about.
-CONTEXTS = "compact"
+# The floor's saturation rates on PROFILE with the paper-sized prompts, the sweep's default
+# (docs/benchmarks.md), given rather than measured: the measuring burst was most of this test's
+# time, and the recording only needs a light load. With these prompts the ReAct harness resends
+# its scratchpad as a growing list of messages, which the draft binds whole.
+SATURATION = {"routing": "15.0", "react": "6.7", "subagent": "20.9", "hci": "41.3"}
+CONTEXTS = "paper"
 
 
 def serve_and_replay(dynrt, sim_engine, cell, templates, recording, tmp, label):
