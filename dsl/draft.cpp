@@ -1,5 +1,7 @@
 #include "dsl/draft.hpp"
 
+#include "dsl/render.hpp"
+
 #include <re2/re2.h>
 
 #include <algorithm>
@@ -134,13 +136,10 @@ std::optional<json> inner_json(const std::string& s) {
   return j;
 }
 
+// A JSON pointer's target, with dynrt's extension: in a list, "-N" counts from the end ("-1" is
+// the latest message), as templates read it.
 const json* at_pointer(const json& doc, const std::string& pointer) {
-  try {
-    const json::json_pointer p(pointer);
-    return doc.contains(p) ? &doc.at(p) : nullptr;
-  } catch (const std::exception&) {
-    return nullptr;
-  }
+  return resolve_pointer(doc, pointer);
 }
 
 // Where a value sits: `pointer`, then (optionally) the JSON inside that string and `inner`,
@@ -277,7 +276,7 @@ struct Var {
 struct StageDraft {
   std::string name;
   bool tool = false;
-  bool completions = false;
+  std::string api = "chat";  // the protocol, by endpoint: chat, completions, messages, responses
   std::string tool_name;
   std::string model;
   json params = json::object();
@@ -290,6 +289,7 @@ struct StageDraft {
   double p90_latency_ms = 0;
   bool user = false;  // a user stage the draft adds (a person's pick)
   std::string decides;
+  std::string history;  // the variable its resent conversation is bound to, if it resends one
 };
 
 struct Decision {
@@ -349,6 +349,14 @@ class Drafter {
   double span_s_ = 0;
 };
 
+// A model stage's `api`, from the endpoint its calls went to.
+std::string api_of(std::string_view endpoint) {
+  if (endpoint == "/v1/completions") return "completions";
+  if (endpoint == "/v1/messages") return "messages";
+  if (endpoint == "/v1/responses") return "responses";
+  return "chat";
+}
+
 StageDraft* find(std::vector<StageDraft>& v, const std::string& name) {
   for (auto& s : v)
     if (s.name == name) return &s;
@@ -376,7 +384,7 @@ void Drafter::find_stages() {
         s->name = c.stage;
         s->tool = c.endpoint.starts_with(kToolsPrefix);
         if (s->tool) s->tool_name = c.endpoint.substr(kToolsPrefix.size());
-        s->completions = c.endpoint == "/v1/completions";
+        s->api = api_of(c.endpoint);
       } else if (c.endpoint != s->instances.front().call().endpoint && s->todos.empty()) {
         s->todos.push_back("calls of this stage go to more than one endpoint (" +
                            s->instances.front().call().endpoint + ", " + c.endpoint + ")");
@@ -1280,11 +1288,12 @@ json shape(const json& j) {
 // messages so far, so the list grows along a run (the last message may be a new one each time)
 // while its first messages stay put. Returns how many leading messages every run's calls share,
 // or nothing when the calls do not follow that pattern (or all have one length).
-std::optional<std::size_t> resent_history(const std::vector<Instance>& instances) {
+std::optional<std::size_t> resent_history(const std::vector<Instance>& instances,
+                                          const std::string& list) {
   std::map<const RunCalls*, std::vector<const json*>> by_run;  // instances are in run order
   std::set<std::size_t> lengths;
   for (const Instance& in : instances) {
-    const json* m = at_pointer(*in.call().request, "/messages");
+    const json* m = at_pointer(*in.call().request, "/" + list);
     if (!m || !m->is_array() || m->empty()) return std::nullopt;
     by_run[in.run].push_back(m);
     lengths.insert(m->size());
@@ -1307,9 +1316,18 @@ std::optional<std::size_t> resent_history(const std::vector<Instance>& instances
   return head;
 }
 
+// The fields of a model request that carry its text (the others are parameters): the chat
+// and Anthropic messages, a completion's prompt, a response's input, and the system prompt or
+// instructions those two protocols send beside them.
+constexpr const char* kTextFields[] = {"messages", "prompt", "input", "system", "instructions"};
+
+bool is_text_field(std::string_view key) {
+  return std::any_of(std::begin(kTextFields), std::end(kTextFields),
+                     [&](const char* k) { return key == k; });
+}
+
 bool is_param(const std::string& key) {
-  return key != "messages" && key != "prompt" && key != "model" && key != "stream" &&
-         key != "stream_options";
+  return !is_text_field(key) && key != "model" && key != "stream" && key != "stream_options";
 }
 
 void Drafter::infer_stage(StageDraft& s0) {
@@ -1338,7 +1356,7 @@ void Drafter::infer_stage(StageDraft& s0) {
       }
     for (const auto& [k, v] : req0.items()) {
       if (!is_param(k)) {
-        if (k == "messages" || k == "prompt") body[k] = v;
+        if (is_text_field(k)) body[k] = v;
         continue;
       }
       bool same = true;
@@ -1359,19 +1377,21 @@ void Drafter::infer_stage(StageDraft& s0) {
   // (as templates/coding-agent.yaml binds it). Its leading messages, which every call repeats,
   // may still carry values later stages need (the question a run asks): those are inferred as
   // usual, and whatever explains them is bound here too.
-  if (!s0.tool && body.contains("messages")) {
-    if (const auto head = resent_history(s0.instances)) {
+  const std::string list = self().api == "responses" ? "input" : "messages";
+  bool resent = false;
+  if (!self().tool && body.contains(list) && body[list].is_array()) {
+    if (const auto head = resent_history(self().instances, list)) {
       std::size_t shortest = static_cast<std::size_t>(-1), longest = 0;
-      for (const Instance& in : s0.instances) {
-        const std::size_t n = in.call().request->at("messages").size();
+      for (const Instance& in : self().instances) {
+        const std::size_t n = in.call().request->at(list).size();
         shortest = std::min(shortest, n);
         longest = std::max(longest, n);
       }
       const std::string history = unique_name("history", stage + "_history");
-      vars_.push_back(Var{history, VarKind::input, stage, {"/messages", "", ""}});
+      vars_.push_back(Var{history, VarKind::input, stage, {"/" + list, "", ""}});
       std::vector<std::string> pointers;
       for (std::size_t i = 0; i < *head; ++i)
-        string_leaves(req0.at("messages").at(i), "/messages/" + std::to_string(i),
+        string_leaves(req0.at(list).at(i), "/" + list + "/" + std::to_string(i),
                       [&](const std::string& p, const std::string&) { pointers.push_back(p); });
       const std::size_t notes = self().notes.size();
       for (const std::string& p : pointers) {
@@ -1382,40 +1402,107 @@ void Drafter::infer_stage(StageDraft& s0) {
           infer_leaf(stage, p, values);  // binds what it finds; the text itself stays in the list
       }
       self().notes.resize(notes);  // calls a leaf's text does not fit still match the list
-      body["messages"] = "{{" + history + "}}";
+      body[list] = "{{" + history + "}}";
       self().notes.push_back("its calls resend the conversation so far (" +
                              std::to_string(shortest) + " to " + std::to_string(longest) +
                              " messages): the request is that list, bound whole as " + history);
-      self().body = body;
-      return;
+      self().history = history;
+      resent = true;
+    }
+  }
+  // A stage that carries on an earlier stage's resent conversation: its list is that stage's
+  // latest list and a few messages more (the earlier answer, a tool's result, a person's pick).
+  // The request splices the earlier list in (as templates/coding-agent.yaml's `answer` does) and
+  // explains the messages after it, read from the list's end ("/messages/-1/content").
+  std::string spliced;
+  if (!self().tool && !resent && body.contains(list) && body[list].is_array()) {
+    for (std::size_t k = 0; k < stages_.size() && stages_[k].name != stage; ++k) {
+      // Copied: explaining a message below may add a stage (a person's pick) to stages_.
+      const StageDraft y = stages_[k];
+      if (y.history.empty() || y.api != self().api) continue;
+      std::optional<std::size_t> more;
+      bool fits = true;
+      for (const Instance& in : self().instances) {
+        const Call* c = latest(in, y.name, false);
+        const json* before = c ? at_pointer(*c->request, "/" + list) : nullptr;
+        const json* now = at_pointer(*in.call().request, "/" + list);
+        fits = before && now && before->is_array() && now->is_array() &&
+               now->size() > before->size() &&
+               std::equal(before->begin(), before->end(), now->begin()) &&
+               (!more || *more == now->size() - before->size());
+        if (!fits) break;
+        more = now->size() - before->size();
+      }
+      if (!fits || !more) continue;
+      spliced = y.history;
+      const json& now0 = req0.at(list);
+      json items = json::array({json{{"$splice", "{{" + spliced + "}}"}}});
+      for (std::size_t j = now0.size() - *more; j < now0.size(); ++j)
+        items.push_back(now0[j]);
+      for (std::size_t j = 0; j < *more; ++j) {
+        std::vector<std::string> subs;
+        string_leaves(items[1 + j], "",
+                      [&](const std::string& sub, const std::string&) { subs.push_back(sub); });
+        for (const std::string& sub : subs) {
+          const std::string at = "/" + list + "/-" + std::to_string(*more - j) + sub;
+          std::vector<std::string> values;
+          for (const Instance& in : self().instances)
+            values.push_back(read(*in.call().request, {at, "", ""}).value_or(""));
+          json& slot = items[1 + j].at(json::json_pointer(sub));
+          if (std::all_of(values.begin(), values.end(), [&](auto& v) { return v == values[0]; })) {
+            if (values[0].find("{{") != std::string::npos)
+              self().todos.push_back("the text at " + at +
+                                     " holds `{{`, which templates read as a tag");
+            continue;
+          }
+          if (const auto text = infer_leaf(stage, at, values))
+            slot = *text;
+          else
+            self().todos.push_back(
+                "the text at " + at +
+                " varies across runs and the draft found no source for it: "
+                "bind it; the draft keeps the first call's text, which only that call matches");
+        }
+      }
+      body[list] = items;
+      self().notes.push_back("its calls carry on " + y.name + "'s conversation: its " + list +
+                             " splice in " + spliced + " and add " + std::to_string(*more) +
+                             " more");
+      break;
     }
   }
   // Every call must have the first one's shape.
   auto body_of = [&](const json& request) {
-    if (s0.tool) return request;
+    if (self().tool) return request;
     json only = json::object();
-    for (const char* k : {"messages", "prompt"})
-      if (request.contains(k)) only[k] = request[k];
+    for (const char* k : kTextFields)
+      if (request.contains(k) && !((resent || !spliced.empty()) && list == k)) only[k] = request[k];
     return only;
   };
   const json want = shape(body_of(req0));
   std::vector<const Instance*> same_shape;
-  for (const Instance& in : s0.instances)
+  for (const Instance& in : self().instances)
     if (shape(body_of(*in.call().request)) == want) same_shape.push_back(&in);
-  const std::size_t other = s0.instances.size() - same_shape.size();
+  const std::size_t other = self().instances.size() - same_shape.size();
   if (other > 0)
-    s0.todos.push_back(std::to_string(other) + " of " + std::to_string(s0.instances.size()) +
-                       " calls have a different request shape (more or fewer messages or "
-                       "fields); the draft follows the first call's");
+    self().todos.push_back(std::to_string(other) + " of " +
+                           std::to_string(self().instances.size()) +
+                           " calls have a different request shape (more or fewer messages or "
+                           "fields); the draft follows the first call's");
   // Only calls of the first shape are explained; keep them as the stage's instances.
   {
     std::vector<Instance> kept;
     for (const Instance* in : same_shape)
       kept.push_back(*in);
-    s0.instances = std::move(kept);
+    self().instances = std::move(kept);
   }
   std::vector<std::string> pointers;
-  string_leaves(body, "", [&](const std::string& p, const std::string&) { pointers.push_back(p); });
+  string_leaves(body, "", [&](const std::string& p, const std::string&) {
+    // A resent or spliced list is explained above.
+    if ((resent || !spliced.empty()) && (p == "/" + list || p.starts_with("/" + list + "/")))
+      return;
+    pointers.push_back(p);
+  });
   for (const std::string& p : pointers) {
     std::vector<std::string> values;
     for (const Instance& in : self().instances)
@@ -1669,7 +1756,7 @@ std::string Drafter::yaml() const {
       out << "    tool: " << scalar(json(s.tool_name)) << "\n";
     } else {
       speculable = s.greedy;
-      if (s.completions) out << "    api: completions\n";
+      if (s.api != "chat") out << "    api: " << s.api << "\n";
       out << "    model: " << scalar(json(s.model)) << "\n";
       if (!s.params.empty()) put(out, 4, "params", s.params);
       if (!speculable)

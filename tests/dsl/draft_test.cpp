@@ -229,6 +229,139 @@ TEST(Draft, AStageThatResendsItsConversationBindsTheWholeList) {
   EXPECT_EQ(thinks, 60u);
 }
 
+// A coding agent on the Anthropic Messages API: the system prompt beside the messages, the
+// conversation resent with each turn's tool call and its result.
+TEST(Draft, AnAnthropicAgentsTurnsAreAMessagesStageWithItsHistory) {
+  Recorder r;
+  for (int i = 0; i < 12; ++i) {
+    const std::string id = "a" + std::to_string(i);
+    json history = json::array({msg("user", "Fix bug " + std::to_string(i) + " in the parser")});
+    for (int turn = 0; turn <= i % 3; ++turn) {
+      const std::string use = "tu_" + std::to_string(i) + "_" + std::to_string(turn);
+      const json content = json::array({{{"type", "tool_use"},
+                                         {"id", use},
+                                         {"name", "read_file"},
+                                         {"input", {{"path", "f" + std::to_string(turn)}}}}});
+      r.call("coder", id, "turn", "/v1/messages",
+             {{"model", "m"},
+              {"max_tokens", 512},
+              {"temperature", 0},
+              {"system", "You are a coding agent in repository r" + std::to_string(i) + "."},
+              {"tools",
+               json::array({{{"name", "read_file"}, {"input_schema", {{"type", "object"}}}}})},
+              {"messages", history}},
+             {{"type", "message"}, {"role", "assistant"}, {"content", content}});
+      history.push_back({{"role", "assistant"}, {"content", content}});
+      history.push_back(
+          {{"role", "user"},
+           {"content",
+            json::array({{{"type", "tool_result"}, {"tool_use_id", use}, {"content", "ok"}}})}});
+    }
+  }
+  const Draft d = only(draft_templates(r.records));
+  EXPECT_TRUE(d.todos.empty()) << d.yaml;
+  const LintReport lint = lint_text("coder.yaml", d.yaml);
+  EXPECT_TRUE(lint.diagnostics.empty()) << d.yaml;
+  ASSERT_EQ(lint.graphs().size(), 1u) << d.yaml;
+  EXPECT_NE(d.yaml.find("api: messages"), std::string::npos) << d.yaml;
+  const Stage* turn = lint.graphs().front()->stage("turn");
+  ASSERT_TRUE(turn);
+  EXPECT_EQ(turn->api, ModelApi::messages);
+  // Each call renders from its list and its system prompt, the rest as it was sent.
+  for (const json& rec : r.records) {
+    const std::string system = rec["request"]["system"];
+    const std::string prefix = "You are a coding agent in repository ";
+    const std::string repo = system.substr(prefix.size(), system.size() - prefix.size() - 1);
+    Bindings vars{{"history", rec["request"]["messages"]}};
+    // The system prompt's varying part is bound under whatever name the draft chose.
+    for (const auto& [name, v] : turn->bind)
+      if (name != "history") vars[name] = repo;
+    const auto t = render_stage(*turn, vars);
+    ASSERT_TRUE(t.ok()) << d.yaml << t.error().message;
+    EXPECT_EQ(t->wire, rec["request"]) << d.yaml;  // in its protocol, before translation
+  }
+}
+
+// A coding agent's turns as chat (how dynrt records an Anthropic agent's calls, translated):
+// each turn resends the conversation; when a turn asks the person to pick an option, the next
+// call carries on that conversation with the asking answer and the pick as the tool's result.
+TEST(Draft, AStageThatCarriesOnAResentConversationSplicesItIn) {
+  Recorder r;
+  auto answer = [](const std::string& text, const std::string& id, const std::string& tool,
+                   const json& arguments) {
+    return json{{"role", "assistant"},
+                {"content", text},
+                {"tool_calls",
+                 json::array({{{"id", id},
+                               {"type", "function"},
+                               {"function", {{"name", tool}, {"arguments", arguments.dump()}}}}})}};
+  };
+  auto call = [&](const std::string& id, const std::string& stage, const json& messages,
+                  const json& reply) {
+    r.call("agent", id, stage, "/v1/chat/completions",
+           {{"model", "m"}, {"temperature", 0}, {"messages", messages}},
+           {{"choices", json::array({{{"index", 0}, {"message", reply}}})}});
+  };
+  for (int i = 0; i < 30; ++i) {
+    const std::string id = "s" + std::to_string(i), n = std::to_string(i);
+    json messages = json::array(
+        {msg("system", "You are a coding agent."), msg("user", "Make test " + n + " pass")});
+    const json read = answer("Reading module " + n + ".", "call_" + n + "_0", "read_file",
+                             {{"path", "m" + n + ".py"}});
+    call(id, "turn", messages, read);
+    messages.push_back(read);
+    messages.push_back(
+        {{"role", "tool"}, {"tool_call_id", "call_" + n + "_0"}, {"content", "code " + n}});
+    const json options = json::array({"Patch " + n, "Rewrite " + n, "Test " + n});
+    const json ask = answer("How should I fix " + n + "?", "call_" + n + "_1", "ask_user",
+                            {{"question", "Fix " + n + "?"}, {"options", options}});
+    call(id, "turn", messages, ask);
+    messages.push_back(ask);
+    messages.push_back({{"role", "tool"},
+                        {"tool_call_id", "call_" + n + "_1"},
+                        {"content", options[i % 4 == 0 ? 1 : 0]}});
+    call(id, "answer", messages, msg("assistant", "Done " + n + "."));
+  }
+  const Draft d = only(draft_templates(r.records));
+  EXPECT_TRUE(d.todos.empty()) << d.yaml;
+  const LintReport lint = lint_text("agent.yaml", d.yaml);
+  EXPECT_TRUE(lint.diagnostics.empty()) << d.yaml;
+  ASSERT_EQ(lint.graphs().size(), 1u) << d.yaml;
+  EXPECT_NE(d.yaml.find("\"$splice\": \"{{history}}\""), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("carry on turn's conversation"), std::string::npos) << d.yaml;
+  // The pick is a person's decision among the options the asking answer offered, read from the
+  // end of the list: the answer's next turn can be filled for each option while the person
+  // reads them.
+  EXPECT_NE(d.yaml.find("window: user"), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("json: /options"), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("option: /messages/-1/content"), std::string::npos) << d.yaml;
+
+  // Replayed run by run as the runtime binds it (each stage's `bind` from its request, its
+  // `outputs` from its answer), the answer stage renders every recorded request exactly.
+  const TemplateGraph& g = *lint.graphs().front();
+  std::map<std::string, Bindings> runs;
+  std::size_t rendered = 0;
+  for (const json& rec : r.records) {
+    Bindings& vars = runs[rec["id"].get<std::string>()];
+    const Stage* st = g.stage(rec["stage"].get<std::string>());
+    ASSERT_TRUE(st) << d.yaml;
+    for (const auto& [name, ex] : st->bind) {
+      auto v = extract(ex, rec["request"]);
+      ASSERT_TRUE(v.ok()) << name << " " << d.yaml;
+      vars[name] = *v;
+    }
+    if (st->name == "answer") {
+      const auto a = render_stage(*st, vars);
+      ASSERT_TRUE(a.ok()) << d.yaml << a.error().message;
+      EXPECT_EQ(a->body, rec["request"]) << d.yaml;
+      ++rendered;
+    }
+    for (const auto& [name, ex] : st->outputs)
+      if (auto v = extract(ex, rec["response"]); v.ok()) vars[name] = *v;
+  }
+  EXPECT_EQ(rendered, 30u);
+}
+
 // Calls whose lists shrink along a run, or never grow within one, are not a resent history.
 TEST(Draft, ListsThatDoNotGrowAlongARunAreNotAHistory) {
   Recorder r;
