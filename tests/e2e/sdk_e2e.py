@@ -270,6 +270,47 @@ def coding_agent(cache, engine_base, base, port):
           (m.get(turn), m.get(answer)))
 
 
+def drafted_agent(dynrt, cache, engine_base, recording, tmp):
+    """`dynrt template draft` on what `dynrt serve --record` wrote of the tagged coding-agent
+    sessions (the Anthropic SDK's calls, recorded as the chat completions they translate to):
+    each turn resends the conversation, and the turn after the pick carries it on. The draft
+    lints clean, binds the list whole and splices it into the next turn, and a serve of the draft
+    alone answers a repeated session from the library with the engine's own answers."""
+    drafts = os.path.join(tmp, "drafts")
+    p = subprocess.run([dynrt, "template", "draft", recording, "--out", drafts],
+                       capture_output=True, text=True, timeout=60)
+    drafted = os.path.join(drafts, "coding-agent.yaml")
+    check(p.returncode == 0 and os.path.exists(drafted),
+          "drafted agent: template draft exits 0 and writes coding-agent.yaml: %s" % p.stderr[-500:])
+    if not os.path.exists(drafted):
+        return
+    text = open(drafted).read()
+    lint = subprocess.run([dynrt, "lint", drafted], capture_output=True, text=True)
+    check(lint.returncode == 0 and not lint.stdout.strip(),
+          "drafted agent: the draft lints clean: %s" % lint.stdout[-1500:])
+    check('messages: "{{history}}"' in text and '"$splice": "{{history}}"' in text,
+          "drafted agent: turns bind the resent conversation, the answer splices it in:\n" + text)
+    only = os.path.join(tmp, "drafted-agent")
+    os.makedirs(only, exist_ok=True)
+    shutil.copy(drafted, only)
+    serve, port, _ = launch([dynrt, "serve", only, "--port", "0", "--engine",
+                             "qwen3-32b=" + engine_base], r":(\d+) ")
+    try:
+        base = "http://127.0.0.1:%d" % port
+        floor = node(cache, "coding_agent.mjs", engine_base, AGENT_TASK % 3)
+        first = node(cache, "coding_agent.mjs", base, AGENT_TASK % 3, "drafted-run-1")
+        again = node(cache, "coding_agent.mjs", base, AGENT_TASK % 3, "drafted-run-2")
+        print("drafted agent, served: %s; again: %s" % (first.get("served"), again.get("served")),
+              flush=True)
+        check(again.get("served") == ["cache"] * 4,
+              "drafted agent: a repeated session comes from the library: %s" % again.get("served"))
+        for name, run in (("first", first), ("again", again)):
+            check(run.get("content") == floor.get("content"),
+                  "drafted agent, %s: every answer is the engine's" % name)
+    finally:
+        stop(serve)
+
+
 def main():
     dynrt, sim = sys.argv[1], sys.argv[2]
     cache, why = install()
@@ -293,7 +334,9 @@ def main():
                    "tools": {"call_api": "api:{{api}}"}}, f)
     engine, engine_port, _ = launch([sim, "--port", "0", "--time-scale", "10", "--script",
                                      os.path.join(tmp, "script.jsonl")])
+    recording = os.path.join(tmp, "traffic.jsonl")
     serve, port, _ = launch([dynrt, "serve", "templates", os.path.join(HERE, "data", "protocols"),
+                             "--record", recording,
                              "--port", "0", "--engine",
                              "qwen3-32b=http://127.0.0.1:%d" % engine_port, "--corpus",
                              os.path.join(tmp, "corpus.json")], r":(\d+) ")
@@ -349,6 +392,7 @@ def main():
         protocols(cache, "http://127.0.0.1:%d" % engine_port, base)
         templated(cache, engine_port, base)
         coding_agent(cache, "http://127.0.0.1:%d" % engine_port, base, port)
+        drafted_agent(dynrt, cache, "http://127.0.0.1:%d" % engine_port, recording, tmp)
     finally:
         stop(serve)
         engine.terminate()
