@@ -1373,49 +1373,15 @@ void Drafter::infer_stage(StageDraft& s0) {
     const double t = s0.params.value("temperature", 1.0);
     s0.greedy = t == 0 || s0.params.contains("seed");
   }
-  // A stage whose calls resend the conversation so far: the request is that list, bound whole
-  // (as templates/coding-agent.yaml binds it). Its leading messages, which every call repeats,
-  // may still carry values later stages need (the question a run asks): those are inferred as
-  // usual, and whatever explains them is bound here too.
-  const std::string list = self().api == "responses" ? "input" : "messages";
-  bool resent = false;
-  if (!self().tool && body.contains(list) && body[list].is_array()) {
-    if (const auto head = resent_history(self().instances, list)) {
-      std::size_t shortest = static_cast<std::size_t>(-1), longest = 0;
-      for (const Instance& in : self().instances) {
-        const std::size_t n = in.call().request->at(list).size();
-        shortest = std::min(shortest, n);
-        longest = std::max(longest, n);
-      }
-      const std::string history = unique_name("history", stage + "_history");
-      vars_.push_back(Var{history, VarKind::input, stage, {"/" + list, "", ""}});
-      std::vector<std::string> pointers;
-      for (std::size_t i = 0; i < *head; ++i)
-        string_leaves(req0.at(list).at(i), "/" + list + "/" + std::to_string(i),
-                      [&](const std::string& p, const std::string&) { pointers.push_back(p); });
-      const std::size_t notes = self().notes.size();
-      for (const std::string& p : pointers) {
-        std::vector<std::string> values;
-        for (const Instance& in : self().instances)
-          values.push_back(read(*in.call().request, {p, "", ""}).value_or(""));
-        if (!std::all_of(values.begin(), values.end(), [&](auto& v) { return v == values[0]; }))
-          infer_leaf(stage, p, values);  // binds what it finds; the text itself stays in the list
-      }
-      self().notes.resize(notes);  // calls a leaf's text does not fit still match the list
-      body[list] = "{{" + history + "}}";
-      self().notes.push_back("its calls resend the conversation so far (" +
-                             std::to_string(shortest) + " to " + std::to_string(longest) +
-                             " messages): the request is that list, bound whole as " + history);
-      self().history = history;
-      resent = true;
-    }
-  }
   // A stage that carries on an earlier stage's resent conversation: its list is that stage's
   // latest list and a few messages more (the earlier answer, a tool's result, a person's pick).
   // The request splices the earlier list in (as templates/coding-agent.yaml's `answer` does) and
   // explains the messages after it, read from the list's end ("/messages/-1/content").
+  // Tried first: a stage that also grows along a run (a pick in every few turns) is better
+  // described as carrying the conversation on, which a fill can render, than as resending it.
+  const std::string list = self().api == "responses" ? "input" : "messages";
   std::string spliced;
-  if (!self().tool && !resent && body.contains(list) && body[list].is_array()) {
+  if (!self().tool && body.contains(list) && body[list].is_array()) {
     for (std::size_t k = 0; k < stages_.size() && stages_[k].name != stage; ++k) {
       // Copied: explaining a message below may add a stage (a person's pick) to stages_.
       const StageDraft y = stages_[k];
@@ -1469,6 +1435,42 @@ void Drafter::infer_stage(StageDraft& s0) {
                              " splice in " + spliced + " and add " + std::to_string(*more) +
                              " more");
       break;
+    }
+  }
+  // A stage whose calls resend the conversation so far: the request is that list, bound whole
+  // (as templates/coding-agent.yaml binds it). Its leading messages, which every call repeats,
+  // may still carry values later stages need (the question a run asks): those are inferred as
+  // usual, and whatever explains them is bound here too.
+  bool resent = false;
+  if (!self().tool && spliced.empty() && body.contains(list) && body[list].is_array()) {
+    if (const auto head = resent_history(self().instances, list)) {
+      std::size_t shortest = static_cast<std::size_t>(-1), longest = 0;
+      for (const Instance& in : self().instances) {
+        const std::size_t n = in.call().request->at(list).size();
+        shortest = std::min(shortest, n);
+        longest = std::max(longest, n);
+      }
+      const std::string history = unique_name("history", stage + "_history");
+      vars_.push_back(Var{history, VarKind::input, stage, {"/" + list, "", ""}});
+      std::vector<std::string> pointers;
+      for (std::size_t i = 0; i < *head; ++i)
+        string_leaves(req0.at(list).at(i), "/" + list + "/" + std::to_string(i),
+                      [&](const std::string& p, const std::string&) { pointers.push_back(p); });
+      const std::size_t notes = self().notes.size();
+      for (const std::string& p : pointers) {
+        std::vector<std::string> values;
+        for (const Instance& in : self().instances)
+          values.push_back(read(*in.call().request, {p, "", ""}).value_or(""));
+        if (!std::all_of(values.begin(), values.end(), [&](auto& v) { return v == values[0]; }))
+          infer_leaf(stage, p, values);  // binds what it finds; the text itself stays in the list
+      }
+      self().notes.resize(notes);  // calls a leaf's text does not fit still match the list
+      body[list] = "{{" + history + "}}";
+      self().notes.push_back("its calls resend the conversation so far (" +
+                             std::to_string(shortest) + " to " + std::to_string(longest) +
+                             " messages): the request is that list, bound whole as " + history);
+      self().history = history;
+      resent = true;
     }
   }
   // Every call must have the first one's shape.

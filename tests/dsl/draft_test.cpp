@@ -312,15 +312,23 @@ TEST(Draft, AStageThatCarriesOnAResentConversationSplicesItIn) {
     messages.push_back(read);
     messages.push_back(
         {{"role", "tool"}, {"tool_call_id", "call_" + n + "_0"}, {"content", "code " + n}});
-    const json options = json::array({"Patch " + n, "Rewrite " + n, "Test " + n});
-    const json ask = answer("How should I fix " + n + "?", "call_" + n + "_1", "ask_user",
-                            {{"question", "Fix " + n + "?"}, {"options", options}});
-    call(id, "turn", messages, ask);
-    messages.push_back(ask);
-    messages.push_back({{"role", "tool"},
-                        {"tool_call_id", "call_" + n + "_1"},
-                        {"content", options[i % 4 == 0 ? 1 : 0]}});
-    call(id, "answer", messages, msg("assistant", "Done " + n + "."));
+    // Every other session asks twice: the answer stage's lists then grow along the run too,
+    // and it still carries turn's conversation on.
+    for (int ask_no = 1; ask_no <= 1 + i % 2; ++ask_no) {
+      const std::string k = n + "_" + std::to_string(ask_no);
+      const json options = json::array({"Patch " + k, "Rewrite " + k, "Test " + k});
+      const json ask = answer("How should I fix " + k + "?", "call_" + k, "ask_user",
+                              {{"question", "Fix " + k + "?"}, {"options", options}});
+      call(id, "turn", messages, ask);
+      messages.push_back(ask);
+      messages.push_back({{"role", "tool"},
+                          {"tool_call_id", "call_" + k},
+                          {"content", options[i % 4 == 0 ? 1 : 0]}});
+      const json done = msg("assistant", "Done " + k + ".");
+      call(id, "answer", messages, done);
+      messages.push_back(done);
+      messages.push_back(msg("user", "And the next one."));
+    }
   }
   const Draft d = only(draft_templates(r.records));
   EXPECT_TRUE(d.todos.empty()) << d.yaml;
@@ -359,7 +367,7 @@ TEST(Draft, AStageThatCarriesOnAResentConversationSplicesItIn) {
     for (const auto& [name, ex] : st->outputs)
       if (auto v = extract(ex, rec["response"]); v.ok()) vars[name] = *v;
   }
-  EXPECT_EQ(rendered, 30u);
+  EXPECT_EQ(rendered, 45u);
 }
 
 // Calls whose lists shrink along a run, or never grow within one, are not a resent history.
