@@ -1383,13 +1383,13 @@ void Drafter::infer_stage(StageDraft& s0) {
   std::string spliced;
   if (!self().tool && body.contains(list) && body[list].is_array()) {
     for (std::size_t k = 0; k < stages_.size() && stages_[k].name != stage; ++k) {
+      if (stages_[k].history.empty() || stages_[k].api != self().api) continue;
       // Copied: explaining a message below may add a stage (a person's pick) to stages_.
-      const StageDraft y = stages_[k];
-      if (y.history.empty() || y.api != self().api) continue;
+      const std::string earlier = stages_[k].name, history = stages_[k].history;
       std::optional<std::size_t> more;
       bool fits = true;
       for (const Instance& in : self().instances) {
-        const Call* c = latest(in, y.name, false);
+        const Call* c = latest(in, earlier, false);
         const json* before = c ? at_pointer(*c->request, "/" + list) : nullptr;
         const json* now = at_pointer(*in.call().request, "/" + list);
         fits = before && now && before->is_array() && now->is_array() &&
@@ -1400,7 +1400,7 @@ void Drafter::infer_stage(StageDraft& s0) {
         more = now->size() - before->size();
       }
       if (!fits || !more) continue;
-      spliced = y.history;
+      spliced = history;
       const json& now0 = req0.at(list);
       json items = json::array({json{{"$splice", "{{" + spliced + "}}"}}});
       for (std::size_t j = now0.size() - *more; j < now0.size(); ++j)
@@ -1431,7 +1431,7 @@ void Drafter::infer_stage(StageDraft& s0) {
         }
       }
       body[list] = items;
-      self().notes.push_back("its calls carry on " + y.name + "'s conversation: its " + list +
+      self().notes.push_back("its calls carry on " + earlier + "'s conversation: its " + list +
                              " splice in " + spliced + " and add " + std::to_string(*more) +
                              " more");
       break;
