@@ -370,12 +370,15 @@ class Session final : public HttpConnection {
     begin_call(streaming);
     if (gw_.options.record && !request.tags.workflow.empty() && !request.tags.workflow_id.empty() &&
         !request.tags.stage.empty()) {
+      // As the caller sent it: a translated call's own path and body, not the chat
+      // completion dynrt runs for it (a template in that protocol binds from those).
+      const bool wire = !request.route.empty() && !request.wire.is_null();
       recording_ = json{{"workflow", request.tags.workflow},
                         {"id", request.tags.workflow_id},
                         {"stage", request.tags.stage},
-                        {"endpoint", request.endpoint},
+                        {"endpoint", wire ? request.route : request.endpoint},
                         {"tenant", request.caller.tenant},
-                        {"request", request.body},
+                        {"request", wire ? request.wire : request.body},
                         {"stream", streaming}};
       // When the call started, to the microsecond: a recording's calls are put back in order
       // by it (`dynrt template draft`), and a cached answer takes well under a millisecond.
@@ -417,26 +420,30 @@ class Session final : public HttpConnection {
 
   void done(Reply reply) {
     gw_.active.remove(call_);
-    if (recording_) {
-      auto& r = *recording_;
-      r["ts_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                       .count();
-      r["latency_ms"] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                                  recording_since_)
-                            .count();
-      r["status"] = reply.status;
-      r["served"] = std::string(to_string(reply.served));
-      auto body = json::parse(reply.body, nullptr, false);
-      r["response"] = body.is_discarded() ? json(reply.body) : std::move(body);
-      gw_.options.record(r);
-      recording_.reset();
-    }
     if (protocols::translated(api_)) return done_translated(std::move(reply));
+    record(reply.status, reply.served, reply.body);
     const bool ok = reply.ok();
     end_call(answer(static_cast<Status>(reply.status), std::move(reply.body), "application/json",
                     ok, ok ? std::string() : std::move(reply.retry_after)),
              !ok);
+  }
+
+  // With --record: the call's line, now that it is answered.
+  void record(int status, Served served, const std::string& answer) {
+    if (!recording_) return;
+    auto& r = *recording_;
+    r["ts_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
+    r["latency_ms"] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                                recording_since_)
+                          .count();
+    r["status"] = status;
+    r["served"] = std::string(to_string(served));
+    auto body = json::parse(answer, nullptr, false);
+    r["response"] = body.is_discarded() ? json(answer) : std::move(body);
+    gw_.options.record(r);
+    recording_.reset();
   }
 
   // The chat answer in the caller's protocol: whole, or the events that close its stream.
@@ -454,6 +461,7 @@ class Session final : public HttpConnection {
     } else {
       body = protocols::translate_error(api_, reply.body, reply.status);
     }
+    record(status, reply.served, body);  // the answer the caller gets, in its protocol
     std::string tail;
     if (translator_)
       tail = ok ? translator_->finish()
