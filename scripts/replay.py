@@ -7,7 +7,8 @@ previous answer, with the recorded pause between them, and runs starting at thei
 offsets (both divided by --speed). Every call carries its recorded tags and body. The report
 gives, per workflow and stage, how the calls were served (X-DynRT-Served: engine, fill,
 cache, ...) and how many answers differ from the recorded ones (model calls: the choices'
-content, text and tool calls; tool calls: the whole answer).
+content, text and tool calls, or an Anthropic message's content blocks and a response's output
+items, ids left out; tool calls: the whole answer).
 
     scripts/replay.py traffic.jsonl --url http://127.0.0.1:8080 [--key KEY] [--json]
 
@@ -49,13 +50,26 @@ def load(path):
     return out
 
 
+def without_ids(value):
+    """The value with every `id` field dropped: the engine names each answer and tool call anew."""
+    if isinstance(value, dict):
+        return {k: without_ids(v) for k, v in value.items() if k != "id"}
+    if isinstance(value, list):
+        return [without_ids(v) for v in value]
+    return value
+
+
 def essence(endpoint, body):
     """What must match: the answer's content, not its ids or timings."""
     if not isinstance(body, dict):
         return body
     if endpoint.startswith("/v1/dynrt/tools/"):
         return body
-    return [{k: c.get(k) for k in ("message", "text", "finish_reason")}
+    if endpoint == "/v1/messages":
+        return without_ids({k: body.get(k) for k in ("content", "stop_reason")})
+    if endpoint == "/v1/responses":
+        return without_ids({k: body.get(k) for k in ("output", "status")})
+    return [without_ids({k: c.get(k) for k in ("message", "text", "finish_reason")})
             for c in body.get("choices", [])]
 
 

@@ -22,7 +22,9 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 from checks import check, launch, metrics, stop, summary  # noqa: E402
+import replay  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SKIP = 77
@@ -272,10 +274,11 @@ def coding_agent(cache, engine_base, base, port):
 
 def drafted_agent(dynrt, cache, engine_base, recording, tmp):
     """`dynrt template draft` on what `dynrt serve --record` wrote of the tagged coding-agent
-    sessions (the Anthropic SDK's calls, recorded as the chat completions they translate to):
-    each turn resends the conversation, and the turn after the pick carries it on. The draft
-    lints clean, binds the list whole and splices it into the next turn, and a serve of the draft
-    alone answers a repeated session from the library with the engine's own answers."""
+    sessions (the Anthropic SDK's calls, recorded as it sent them): each turn resends the
+    conversation, and the turn after the pick carries it on. The draft speaks Anthropic
+    Messages, lints clean, binds the list whole and splices it into the next turn; a serve of
+    the draft alone answers a repeated session from the library with the engine's own answers,
+    and replays the recorded sessions with every answer as recorded."""
     drafts = os.path.join(tmp, "drafts")
     p = subprocess.run([dynrt, "template", "draft", recording, "--out", drafts],
                        capture_output=True, text=True, timeout=60)
@@ -290,6 +293,8 @@ def drafted_agent(dynrt, cache, engine_base, recording, tmp):
           "drafted agent: the draft lints clean: %s" % lint.stdout[-1500:])
     check('messages: "{{history}}"' in text and '"$splice": "{{history}}"' in text,
           "drafted agent: turns bind the resent conversation, the answer splices it in:\n" + text)
+    check("api: messages" in text,
+          "drafted agent: recorded as the SDK sent them, its stages speak Anthropic Messages")
     only = os.path.join(tmp, "drafted-agent")
     os.makedirs(only, exist_ok=True)
     shutil.copy(drafted, only)
@@ -307,6 +312,16 @@ def drafted_agent(dynrt, cache, engine_base, recording, tmp):
         for name, run in (("first", first), ("again", again)):
             check(run.get("content") == floor.get("content"),
                   "drafted agent, %s: every answer is the engine's" % name)
+        # The recorded sessions replayed through the draft, as the SDK sent them.
+        sessions = os.path.join(tmp, "agent-traffic.jsonl")
+        with open(recording) as src, open(sessions, "w") as dst:
+            for line in src:
+                if json.loads(line).get("workflow") == "coding-agent":
+                    dst.write(line)
+        report = replay.replay(replay.load(sessions), base)
+        check(report["calls"] == 8 and report["differ"] == 0 and report["failed"] == 0,
+              "drafted agent: the recorded sessions replay with every answer as recorded: %s" %
+              {k: report[k] for k in ("calls", "differ", "failed")})
     finally:
         stop(serve)
 
