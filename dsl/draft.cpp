@@ -955,7 +955,7 @@ bool Drafter::classify(const std::string& stage, const std::string& pointer,
   // an offered list, a text an answer names it in, then the same in requests.
   auto rank = [](const Hit& h) {
     if (h.response && h.exact && !h.inner.empty() && !h.list_item) return 0;
-    if (h.response && h.exact && h.inner.empty()) return 1;
+    if (h.response && h.exact && h.inner.empty() && !h.list_item) return 1;
     if (h.response && h.list_item) return 2;
     if (h.response && !h.exact) return 3;
     if (!h.response && h.exact) return 4;
@@ -994,21 +994,28 @@ bool Drafter::classify(const std::string& stage, const std::string& pointer,
             hits.emplace(key, h);
           }
         };
+        auto numeric = [](std::string_view token) {
+          return !token.empty() && std::all_of(token.begin(), token.end(), [](char ch) {
+            return std::isdigit(static_cast<unsigned char>(ch));
+          });
+        };
         if (e.response)
           string_leaves(*e.response, "", [&](const std::string& p, const std::string& v) {
-            if (v == value[k])
+            if (v == value[k]) {
               note({e.stage, p, "", true, true, false, model});
-            else if (find_word(v, value[k]) != std::string::npos)
+              // An item of a list the answer holds as JSON (an Anthropic tool call's
+              // `input.options`), as of a list inside its text below.
+              const auto slash = p.rfind('/');
+              if (slash != std::string::npos && slash > 0 && numeric(p.substr(slash + 1)))
+                note({e.stage, p.substr(0, slash), "", true, true, true, model});
+            } else if (find_word(v, value[k]) != std::string::npos) {
               note({e.stage, p, "", true, false, false, model});
+            }
             if (const auto j = inner_json(v))
               string_leaves(*j, "", [&](const std::string& ip, const std::string& iv) {
                 if (iv != value[k]) return;
                 const auto slash = ip.rfind('/');
-                const std::string last = ip.substr(slash + 1);
-                const bool item =
-                    !last.empty() && std::all_of(last.begin(), last.end(), [](char ch) {
-                      return std::isdigit(static_cast<unsigned char>(ch));
-                    });
+                const bool item = numeric(ip.substr(slash + 1));
                 note({e.stage, p, item ? ip.substr(0, slash) : ip, true, true, item, model});
               });
           });
@@ -1082,7 +1089,8 @@ bool Drafter::classify(const std::string& stage, const std::string& pointer,
     Var v;
     v.kind = VarKind::user_decision;
     v.stage = s.name;
-    std::string hint = name_from(best->inner.substr(best->inner.rfind('/') + 1));
+    const std::string& list = best->inner.empty() ? best->pointer : best->inner;
+    std::string hint = name_from(list.substr(list.rfind('/') + 1));
     if (hint.size() > 3 && hint.back() == 's') hint.pop_back();  // "actions": one action
     v.name = unique_name(hint, "pick");
     v.where = {pointer, "",
@@ -1100,8 +1108,8 @@ bool Drafter::classify(const std::string& stage, const std::string& pointer,
     dec.candidates = {{"source", "extract"},
                       {"stage", best->stage},
                       {"pointer", best->pointer},
-                      {"json", best->inner},
                       {"max", o_.max_candidates}};
+    if (!best->inner.empty()) dec.candidates["json"] = best->inner;
     dec.instances = ks.size();
     decisions_.push_back(std::move(dec));
     vars_.push_back(std::move(v));

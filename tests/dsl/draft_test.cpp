@@ -370,6 +370,78 @@ TEST(Draft, AStageThatCarriesOnAResentConversationSplicesItIn) {
   EXPECT_EQ(rendered, 45u);
 }
 
+// The same on the Anthropic Messages API, where the options are a JSON list in the tool call's
+// `input`, not text: the pick is still a person's decision among them.
+TEST(Draft, APickAmongAnAnthropicToolCallsOptionsIsAPersonsDecision) {
+  Recorder r;
+  const json base = {
+      {"model", "m"},
+      {"max_tokens", 512},
+      {"temperature", 0},
+      {"system", "You are a coding agent."},
+      {"tools", json::array({{{"name", "ask_user"}, {"input_schema", {{"type", "object"}}}}})}};
+  auto call = [&](const std::string& id, const std::string& stage, const json& messages,
+                  const json& content) {
+    json request = base;
+    request["messages"] = messages;
+    r.call("coder", id, stage, "/v1/messages", request,
+           {{"type", "message"}, {"role", "assistant"}, {"content", content}});
+  };
+  for (int i = 0; i < 20; ++i) {
+    const std::string id = "p" + std::to_string(i), n = std::to_string(i);
+    json messages = json::array({{{"role", "user"}, {"content", "Fix bug " + n}}});
+    const json options = json::array({"Patch " + n, "Rewrite " + n, "Test " + n});
+    const json ask =
+        json::array({{{"type", "text"}, {"text", "How should I fix " + n + "?"}},
+                     {{"type", "tool_use"},
+                      {"id", "tu_" + n},
+                      {"name", "ask_user"},
+                      {"input", {{"question", "Fix " + n + "?"}, {"options", options}}}}});
+    call(id, "turn", messages, ask);
+    messages.push_back({{"role", "assistant"}, {"content", ask}});
+    messages.push_back({{"role", "user"},
+                        {"content", json::array({{{"type", "tool_result"},
+                                                  {"tool_use_id", "tu_" + n},
+                                                  {"content", options[i % 4 == 0 ? 1 : 0]}}})}});
+    call(id, "answer", messages, json::array({{{"type", "text"}, {"text", "Done " + n}}}));
+    messages.push_back({{"role", "assistant"}, {"content", "Done " + n}});
+    messages.push_back({{"role", "user"}, {"content", "Thanks."}});
+    call(id, "turn", messages, json::array({{{"type", "text"}, {"text", "Bye " + n}}}));
+  }
+  const Draft d = only(draft_templates(r.records));
+  EXPECT_TRUE(d.todos.empty()) << d.yaml;
+  const LintReport lint = lint_text("coder.yaml", d.yaml);
+  EXPECT_TRUE(lint.diagnostics.empty()) << d.yaml;
+  ASSERT_EQ(lint.graphs().size(), 1u) << d.yaml;
+  EXPECT_NE(d.yaml.find("window: user"), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("pointer: /content/1/input/options"), std::string::npos) << d.yaml;
+  EXPECT_EQ(d.yaml.find("json:"), std::string::npos) << d.yaml;  // a list already, not text
+
+  // Replayed run by run, the answer stage renders every recorded request in its protocol.
+  const TemplateGraph& g = *lint.graphs().front();
+  std::map<std::string, Bindings> runs;
+  std::size_t rendered = 0;
+  for (const json& rec : r.records) {
+    Bindings& vars = runs[rec["id"].get<std::string>()];
+    const Stage* st = g.stage(rec["stage"].get<std::string>());
+    ASSERT_TRUE(st) << d.yaml;
+    for (const auto& [name, ex] : st->bind) {
+      auto v = extract(ex, rec["request"]);
+      ASSERT_TRUE(v.ok()) << name << " " << d.yaml;
+      vars[name] = *v;
+    }
+    if (st->name == "answer") {
+      const auto a = render_stage(*st, vars);
+      ASSERT_TRUE(a.ok()) << d.yaml << a.error().message;
+      EXPECT_EQ(a->wire, rec["request"]) << d.yaml;
+      ++rendered;
+    }
+    for (const auto& [name, ex] : st->outputs)
+      if (auto v = extract(ex, rec["response"]); v.ok()) vars[name] = *v;
+  }
+  EXPECT_EQ(rendered, 20u);
+}
+
 // Calls whose lists shrink along a run, or never grow within one, are not a resent history.
 TEST(Draft, ListsThatDoNotGrowAlongARunAreNotAHistory) {
   Recorder r;
