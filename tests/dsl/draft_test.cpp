@@ -170,6 +170,37 @@ TEST(Draft, AStageThatRepeatsMakesALoopWhoseIndexTemplatesUse) {
       << d.yaml;  // every link, not only the first
 }
 
+// Replays `records` run by run as the runtime binds them (each stage's `bind` from its
+// request, its `outputs` from its answer) and renders every call of `stage`, which must give the
+// recorded request exactly: the chat body, or for a stage in another protocol the body in that
+// protocol (`wire`). Returns how many it rendered.
+std::size_t render_replayed(const std::vector<json>& records, const TemplateGraph& g,
+                            const std::string& stage, const std::string& yaml) {
+  std::map<std::string, Bindings> runs;
+  std::size_t rendered = 0;
+  for (const json& rec : records) {
+    Bindings& vars = runs[rec["id"].get<std::string>()];
+    const Stage* st = g.stage(rec["stage"].get<std::string>());
+    EXPECT_TRUE(st) << yaml;
+    if (!st) return rendered;
+    for (const auto& [name, ex] : st->bind) {
+      auto v = extract(ex, rec["request"]);
+      EXPECT_TRUE(v.ok()) << name << " " << yaml;
+      if (v.ok()) vars[name] = *v;
+    }
+    if (st->name == stage) {
+      const auto a = render_stage(*st, vars);
+      EXPECT_TRUE(a.ok()) << yaml << (a.ok() ? "" : a.error().message);
+      if (!a.ok()) continue;
+      EXPECT_EQ(a->wire.is_null() ? a->body : a->wire, rec["request"]) << yaml;
+      ++rendered;
+    }
+    for (const auto& [name, ex] : st->outputs)
+      if (auto v = extract(ex, rec["response"]); v.ok()) vars[name] = *v;
+  }
+  return rendered;
+}
+
 // A chat agent that resends its conversation (as LangGraph's ReAct agent does): each think call
 // carries the question, every earlier thought and observation, and the new hop's prompt.
 TEST(Draft, AStageThatResendsItsConversationBindsTheWholeList) {
@@ -344,30 +375,9 @@ TEST(Draft, AStageThatCarriesOnAResentConversationSplicesItIn) {
   EXPECT_NE(d.yaml.find("json: /options"), std::string::npos) << d.yaml;
   EXPECT_NE(d.yaml.find("option: /messages/-1/content"), std::string::npos) << d.yaml;
 
-  // Replayed run by run as the runtime binds it (each stage's `bind` from its request, its
-  // `outputs` from its answer), the answer stage renders every recorded request exactly.
-  const TemplateGraph& g = *lint.graphs().front();
-  std::map<std::string, Bindings> runs;
-  std::size_t rendered = 0;
-  for (const json& rec : r.records) {
-    Bindings& vars = runs[rec["id"].get<std::string>()];
-    const Stage* st = g.stage(rec["stage"].get<std::string>());
-    ASSERT_TRUE(st) << d.yaml;
-    for (const auto& [name, ex] : st->bind) {
-      auto v = extract(ex, rec["request"]);
-      ASSERT_TRUE(v.ok()) << name << " " << d.yaml;
-      vars[name] = *v;
-    }
-    if (st->name == "answer") {
-      const auto a = render_stage(*st, vars);
-      ASSERT_TRUE(a.ok()) << d.yaml << a.error().message;
-      EXPECT_EQ(a->body, rec["request"]) << d.yaml;
-      ++rendered;
-    }
-    for (const auto& [name, ex] : st->outputs)
-      if (auto v = extract(ex, rec["response"]); v.ok()) vars[name] = *v;
-  }
-  EXPECT_EQ(rendered, 45u);
+  // Replayed run by run as the runtime binds it, the answer stage renders every recorded
+  // request exactly.
+  EXPECT_EQ(render_replayed(r.records, *lint.graphs().front(), "answer", d.yaml), 45u);
 }
 
 // The same on the Anthropic Messages API, where the options are a JSON list in the tool call's
@@ -417,29 +427,9 @@ TEST(Draft, APickAmongAnAnthropicToolCallsOptionsIsAPersonsDecision) {
   EXPECT_NE(d.yaml.find("pointer: /content/1/input/options"), std::string::npos) << d.yaml;
   EXPECT_EQ(d.yaml.find("json:"), std::string::npos) << d.yaml;  // a list already, not text
 
-  // Replayed run by run, the answer stage renders every recorded request in its protocol.
-  const TemplateGraph& g = *lint.graphs().front();
-  std::map<std::string, Bindings> runs;
-  std::size_t rendered = 0;
-  for (const json& rec : r.records) {
-    Bindings& vars = runs[rec["id"].get<std::string>()];
-    const Stage* st = g.stage(rec["stage"].get<std::string>());
-    ASSERT_TRUE(st) << d.yaml;
-    for (const auto& [name, ex] : st->bind) {
-      auto v = extract(ex, rec["request"]);
-      ASSERT_TRUE(v.ok()) << name << " " << d.yaml;
-      vars[name] = *v;
-    }
-    if (st->name == "answer") {
-      const auto a = render_stage(*st, vars);
-      ASSERT_TRUE(a.ok()) << d.yaml << a.error().message;
-      EXPECT_EQ(a->wire, rec["request"]) << d.yaml;
-      ++rendered;
-    }
-    for (const auto& [name, ex] : st->outputs)
-      if (auto v = extract(ex, rec["response"]); v.ok()) vars[name] = *v;
-  }
-  EXPECT_EQ(rendered, 20u);
+  // Replayed run by run as the runtime binds it, the answer stage renders every recorded
+  // request exactly.
+  EXPECT_EQ(render_replayed(r.records, *lint.graphs().front(), "answer", d.yaml), 20u);
 }
 
 // Calls whose lists shrink along a run, or never grow within one, are not a resent history.
