@@ -1,6 +1,7 @@
 #include "dsl/draft.hpp"
 
 #include "dsl/render.hpp"
+#include "protocols/protocols.hpp"
 
 #include <re2/re2.h>
 
@@ -351,10 +352,15 @@ class Drafter {
 
 // A model stage's `api`, from the endpoint its calls went to.
 std::string api_of(std::string_view endpoint) {
-  if (endpoint == "/v1/completions") return "completions";
-  if (endpoint == "/v1/messages") return "messages";
-  if (endpoint == "/v1/responses") return "responses";
-  return "chat";
+  return std::string(
+      protocols::to_string(protocols::api_of_path(endpoint).value_or(protocols::Api::chat)));
+}
+
+// A JSON pointer token that indexes a list ("0", "12").
+bool is_index(std::string_view token) {
+  return !token.empty() && std::all_of(token.begin(), token.end(), [](char ch) {
+    return std::isdigit(static_cast<unsigned char>(ch));
+  });
 }
 
 StageDraft* find(std::vector<StageDraft>& v, const std::string& name) {
@@ -994,11 +1000,6 @@ bool Drafter::classify(const std::string& stage, const std::string& pointer,
             hits.emplace(key, h);
           }
         };
-        auto numeric = [](std::string_view token) {
-          return !token.empty() && std::all_of(token.begin(), token.end(), [](char ch) {
-            return std::isdigit(static_cast<unsigned char>(ch));
-          });
-        };
         if (e.response)
           string_leaves(*e.response, "", [&](const std::string& p, const std::string& v) {
             if (v == value[k]) {
@@ -1006,7 +1007,7 @@ bool Drafter::classify(const std::string& stage, const std::string& pointer,
               // An item of a list the answer holds as JSON (an Anthropic tool call's
               // `input.options`), as of a list inside its text below.
               const auto slash = p.rfind('/');
-              if (slash != std::string::npos && slash > 0 && numeric(p.substr(slash + 1)))
+              if (slash != std::string::npos && slash > 0 && is_index(p.substr(slash + 1)))
                 note({e.stage, p.substr(0, slash), "", true, true, true, model});
             } else if (find_word(v, value[k]) != std::string::npos) {
               note({e.stage, p, "", true, false, false, model});
@@ -1015,7 +1016,7 @@ bool Drafter::classify(const std::string& stage, const std::string& pointer,
               string_leaves(*j, "", [&](const std::string& ip, const std::string& iv) {
                 if (iv != value[k]) return;
                 const auto slash = ip.rfind('/');
-                const bool item = numeric(ip.substr(slash + 1));
+                const bool item = is_index(ip.substr(slash + 1));
                 note({e.stage, p, item ? ip.substr(0, slash) : ip, true, true, item, model});
               });
           });
@@ -1381,6 +1382,34 @@ void Drafter::infer_stage(StageDraft& s0) {
     const double t = s0.params.value("temperature", 1.0);
     s0.greedy = t == 0 || s0.params.contains("seed");
   }
+  // Each call's text at `at` (its request, read as the template will).
+  auto values_at = [&](const std::string& at) {
+    std::vector<std::string> values;
+    for (const Instance& in : self().instances)
+      values.push_back(read(*in.call().request, {at, "", ""}).value_or(""));
+    return values;
+  };
+  auto same = [](const std::vector<std::string>& v) {
+    return std::all_of(v.begin(), v.end(), [&](const std::string& x) { return x == v[0]; });
+  };
+  // The text at `at` explained as literal text and variables into `slot`, or a to-do.
+  auto explain = [&](const std::string& at, json& slot) {
+    const std::vector<std::string> values = values_at(at);
+    if (same(values)) {
+      if (values[0].find("{{") != std::string::npos)
+        self().todos.push_back("the text at " + at + " holds `{{`, which templates read as a tag");
+      return;
+    }
+    if (const auto text = infer_leaf(stage, at, values)) {
+      slot = *text;
+    } else {
+      self().todos.push_back(
+          "the text at " + at + " varies across runs (" +
+          std::to_string(std::set<std::string>(values.begin(), values.end()).size()) +
+          " values) and the draft found no source for it: bind it; the draft "
+          "keeps the first call's text, which only that call matches");
+    }
+  };
   // A stage that carries on an earlier stage's resent conversation: its list is that stage's
   // latest list and a few messages more (the earlier answer, a tool's result, a person's pick).
   // The request splices the earlier list in (as templates/coding-agent.yaml's `answer` does) and
@@ -1417,26 +1446,9 @@ void Drafter::infer_stage(StageDraft& s0) {
         std::vector<std::string> subs;
         string_leaves(items[1 + j], "",
                       [&](const std::string& sub, const std::string&) { subs.push_back(sub); });
-        for (const std::string& sub : subs) {
-          const std::string at = "/" + list + "/-" + std::to_string(*more - j) + sub;
-          std::vector<std::string> values;
-          for (const Instance& in : self().instances)
-            values.push_back(read(*in.call().request, {at, "", ""}).value_or(""));
-          json& slot = items[1 + j].at(json::json_pointer(sub));
-          if (std::all_of(values.begin(), values.end(), [&](auto& v) { return v == values[0]; })) {
-            if (values[0].find("{{") != std::string::npos)
-              self().todos.push_back("the text at " + at +
-                                     " holds `{{`, which templates read as a tag");
-            continue;
-          }
-          if (const auto text = infer_leaf(stage, at, values))
-            slot = *text;
-          else
-            self().todos.push_back(
-                "the text at " + at +
-                " varies across runs and the draft found no source for it: "
-                "bind it; the draft keeps the first call's text, which only that call matches");
-        }
+        for (const std::string& sub : subs)
+          explain("/" + list + "/-" + std::to_string(*more - j) + sub,
+                  items[1 + j].at(json::json_pointer(sub)));
       }
       body[list] = items;
       self().notes.push_back("its calls carry on " + earlier + "'s conversation: its " + list +
@@ -1449,8 +1461,8 @@ void Drafter::infer_stage(StageDraft& s0) {
   // (as templates/coding-agent.yaml binds it). Its leading messages, which every call repeats,
   // may still carry values later stages need (the question a run asks): those are inferred as
   // usual, and whatever explains them is bound here too.
-  bool resent = false;
-  if (!self().tool && spliced.empty() && body.contains(list) && body[list].is_array()) {
+  bool list_explained = !spliced.empty();  // the list's leaves need no explaining below
+  if (!self().tool && !list_explained && body.contains(list) && body[list].is_array()) {
     if (const auto head = resent_history(self().instances, list)) {
       std::size_t shortest = static_cast<std::size_t>(-1), longest = 0;
       for (const Instance& in : self().instances) {
@@ -1465,20 +1477,16 @@ void Drafter::infer_stage(StageDraft& s0) {
         string_leaves(req0.at(list).at(i), "/" + list + "/" + std::to_string(i),
                       [&](const std::string& p, const std::string&) { pointers.push_back(p); });
       const std::size_t notes = self().notes.size();
-      for (const std::string& p : pointers) {
-        std::vector<std::string> values;
-        for (const Instance& in : self().instances)
-          values.push_back(read(*in.call().request, {p, "", ""}).value_or(""));
-        if (!std::all_of(values.begin(), values.end(), [&](auto& v) { return v == values[0]; }))
+      for (const std::string& p : pointers)
+        if (const auto values = values_at(p); !same(values))
           infer_leaf(stage, p, values);  // binds what it finds; the text itself stays in the list
-      }
-      self().notes.resize(notes);  // calls a leaf's text does not fit still match the list
+      self().notes.resize(notes);        // calls a leaf's text does not fit still match the list
       body[list] = "{{" + history + "}}";
       self().notes.push_back("its calls resend the conversation so far (" +
                              std::to_string(shortest) + " to " + std::to_string(longest) +
                              " messages): the request is that list, bound whole as " + history);
       self().history = history;
-      resent = true;
+      list_explained = true;
     }
   }
   // Every call must have the first one's shape.
@@ -1486,7 +1494,7 @@ void Drafter::infer_stage(StageDraft& s0) {
     if (self().tool) return request;
     json only = json::object();
     for (const char* k : kTextFields)
-      if (request.contains(k) && !((resent || !spliced.empty()) && list == k)) only[k] = request[k];
+      if (request.contains(k) && !(list_explained && list == k)) only[k] = request[k];
     return only;
   };
   const json want = shape(body_of(req0));
@@ -1509,31 +1517,11 @@ void Drafter::infer_stage(StageDraft& s0) {
   std::vector<std::string> pointers;
   string_leaves(body, "", [&](const std::string& p, const std::string&) {
     // A resent or spliced list is explained above.
-    if ((resent || !spliced.empty()) && (p == "/" + list || p.starts_with("/" + list + "/")))
-      return;
+    if (list_explained && (p == "/" + list || p.starts_with("/" + list + "/"))) return;
     pointers.push_back(p);
   });
-  for (const std::string& p : pointers) {
-    std::vector<std::string> values;
-    for (const Instance& in : self().instances)
-      values.push_back(read(*in.call().request, {p, "", ""}).value_or(""));
-    if (std::all_of(values.begin(), values.end(), [&](auto& v) { return v == values[0]; })) {
-      if (values[0].find("{{") != std::string::npos)
-        self().todos.push_back("the text at " + p + " holds `{{`, which templates read as a tag");
-      continue;
-    }
-    const auto text = infer_leaf(stage, p, values);
-    json& slot = body.at(json::json_pointer(p));
-    if (text) {
-      slot = *text;
-    } else {
-      self().todos.push_back(
-          "the text at " + p + " varies across runs (" +
-          std::to_string(std::set<std::string>(values.begin(), values.end()).size()) +
-          " values) and the draft found no source for it: bind it; the draft "
-          "keeps the first call's text, which only that call matches");
-    }
-  }
+  for (const std::string& p : pointers)
+    explain(p, body.at(json::json_pointer(p)));
   // Varying numbers and booleans stay literal.
   self().body = body;
 }
