@@ -19,6 +19,7 @@
 // `RESULT key=value ...` for scripts. Exit status 0 only with no failure and every connection
 // up. Usage: serve_load --port P [--connections C] [--seconds D] [--seed S] ...
 #include "bench/routing_requests.hpp"
+#include "cli/number_checks.hpp"
 
 #include <CLI/CLI.hpp>
 #include <boost/asio.hpp>
@@ -417,11 +418,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100'000))
       ->capture_default_str();
   app.add_option("-d,--seconds", o.seconds, "How long to keep sending")
-      ->check(CLI::PositiveNumber)
+      ->check(dynrt::cli_checks::positive_finite())
       ->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of the request mix")->capture_default_str();
   app.add_option("--tagged", o.tagged, "Share of runs that are tagged Routing runs")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(dynrt::cli_checks::finite_range(0.0, 1.0))
       ->capture_default_str();
   app.add_option("--queries", o.queries, "Distinct Routing queries (fewer: more exact repeats)")
       ->check(CLI::Range(1, 1'000'000))
@@ -430,7 +431,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1'000'000))
       ->capture_default_str();
   app.add_option("--timeout", o.timeout_s, "Seconds one request may take before it fails")
-      ->check(CLI::PositiveNumber)
+      ->check(dynrt::cli_checks::positive_finite())
       ->capture_default_str();
   app.add_option("--model", o.model, "The model field of every request")->capture_default_str();
   app.add_option("--json", o.json_path, "Also write the results as JSON to this file");

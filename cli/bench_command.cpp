@@ -2,6 +2,7 @@
 #include "bench/openloop.hpp"
 #include "bench/sweep.hpp"
 #include "cli/commands.hpp"
+#include "cli/number_checks.hpp"
 #include "engines/sim/profiles.hpp"
 
 #include <algorithm>
@@ -113,7 +114,7 @@ void add_open_loop(CLI::App& bench, const std::string& which, const std::string&
                   "Arrival rates in requests per simulated second (default 0.12 and 0.8; HCI 0.3 "
                   "and 0.8)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(cli_checks::positive_finite());
   cmd->add_option("--requests", cli->options.requests, "Requests (workflow runs) per cell")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
@@ -125,11 +126,11 @@ void add_open_loop(CLI::App& bench, const std::string& which, const std::string&
       ->capture_default_str();
   cmd->add_option("--interference-scale", cli->options.interference_scale,
                   "The engine's true interference as a multiple of the fit the price curves use")
-      ->check(CLI::PositiveNumber)
+      ->check(cli_checks::positive_finite())
       ->capture_default_str();
   cmd->add_option("--repeat-rate", cli->options.repeat_rate,
                   "Share of requests that exactly repeat a popular one")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(cli_checks::finite_range(0.0, 1.0))
       ->capture_default_str();
   cmd->add_option("--templates", cli->options.templates, "Template folder")->capture_default_str();
   cmd->add_option("--out", cli->out_dir, "Output folder")->capture_default_str();
@@ -184,12 +185,40 @@ int run_sweep(SweepCli& cli) {
     std::cerr << (cli.kind == "ablation" ? " (or any p=X with 0 < X <= 1)" : "") << "\n";
     return kExitUsage;
   }
-  for (const double u : o.loads)
+  for (std::size_t i = 0; i < o.loads.size(); ++i) {
+    const double u = o.loads[i];
     if (!(u > 0 && u <= 2)) {
       std::cerr << "dynrt bench sweep: a load is a fraction of the saturation rate, in (0, 2]; got "
                 << u << "\n";
       return kExitUsage;
     }
+    // Each load is a cell of every table and plot: a repeat would be measured twice under one
+    // name.
+    if (std::find(o.loads.begin(), o.loads.begin() + i, u) != o.loads.begin() + i) {
+      std::cerr << "dynrt bench sweep: load " << u << " is given twice in --loads\n";
+      return kExitUsage;
+    }
+  }
+  // A given rate is not measured, so nothing bounds it: a cell spanning more simulated time
+  // than this would take minutes of CPU (the runtime's periodic work runs through all of it).
+  if (o.saturation > 0) {
+    constexpr double kMaxSpanS = 1e7;
+    double lowest = 2;
+    if (cli.kind == "bursty")
+      for (const auto& p : bench::bursty_phases())
+        lowest = std::min(lowest, p.load);
+    else
+      for (const double u : o.loads)
+        lowest = std::min(lowest, u);
+    const double span_s = o.requests / (lowest * o.saturation);
+    if (span_s > kMaxSpanS) {
+      std::cerr << "dynrt bench " << cli.kind << ": at " << lowest << " of " << o.saturation
+                << " runs/s, " << o.requests << " runs arrive over " << span_s
+                << " simulated seconds; a cell may span at most " << kMaxSpanS
+                << " (raise --saturation)\n";
+      return kExitUsage;
+    }
+  }
   if (cli.unpredictable) {
     o.predictability = 0;
     o.repeat_rate = 0;
@@ -314,7 +343,7 @@ void add_sweep(CLI::App& bench, const std::string& kind, std::function<int()>& r
   cmd->add_option("--saturation", cli->options.saturation,
                   "The floor's saturation rate in runs/s to use for every workload, instead of "
                   "measuring it (a quick look; loads are fractions of it)")
-      ->check(CLI::PositiveNumber);
+      ->check(cli_checks::positive_finite());
   cmd->add_option("--requests", cli->options.requests, "Workflow runs per cell")
       ->check(CLI::Range(20, 100000))
       ->capture_default_str();
@@ -322,11 +351,11 @@ void add_sweep(CLI::App& bench, const std::string& kind, std::function<int()>& r
       ->delimiter(',');
   cmd->add_option("--interference-scale", cli->options.interference_scale,
                   "The engine's true interference as a multiple of the fit the price curves use")
-      ->check(CLI::PositiveNumber)
+      ->check(cli_checks::positive_finite())
       ->capture_default_str();
   cmd->add_option("--repeat-rate", cli->options.repeat_rate,
                   "Share of runs that exactly repeat a popular one")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(cli_checks::finite_range(0.0, 1.0))
       ->capture_default_str();
   if (kind == "sweep") {
     cmd->add_flag("--http", cli->options.http,
@@ -335,7 +364,7 @@ void add_sweep(CLI::App& bench, const std::string& kind, std::function<int()>& r
     cmd->add_option("--http-time-scale", cli->options.http_time_scale,
                     "--http: real milliseconds per simulated second (1000: real time, the only "
                     "scale at which the templates' waits mean what they do in process)")
-        ->check(CLI::Range(10.0, 100000.0))
+        ->check(cli_checks::finite_range(10.0, 100000.0))
         ->capture_default_str();
     cmd->add_flag("--record", cli->options.http_record,
                   "--http: dynrt serve records each cell's tagged traffic (--record) to "

@@ -2,6 +2,7 @@
 // front of the engines. See docs/operations.md for every option and its configuration key.
 #include "actors/runtime.hpp"
 #include "cli/commands.hpp"
+#include "cli/number_checks.hpp"
 #include "dsl/lint.hpp"
 #include "dsl/report.hpp"
 #include "engines/factory.hpp"
@@ -207,7 +208,7 @@ bool load_http_tools(const std::string& path, const YAML::Node& t, ServeOptions&
 
 // Reads the YAML configuration into `o`; flags given on the command line win (they are applied
 // after). Errors name the file and the key.
-bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) {
+bool load_config(const std::string& path, ServeOptions& o, CLI::App& cmd) {
   YAML::Node root;
   try {
     root = YAML::LoadFile(path);
@@ -217,12 +218,27 @@ bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) 
     return false;
   }
   auto given = [&](const char* flag) { return cmd.count(flag) > 0; };
+  // A value for a flag's option goes through that option, so it is converted and checked (its
+  // range, its choices) exactly as the flag would be; a refusal names the key and its position.
+  auto set = [&](const YAML::Node& n, const char* key, const char* flag) {
+    if (!n || given(flag)) return true;
+    if (!n.IsScalar()) return config_error(path, n, std::string(key) + " must be a single value");
+    CLI::Option* opt = cmd.get_option(flag);
+    try {
+      opt->clear();
+      opt->add_result(n.Scalar());
+      opt->run_callback();
+    } catch (const CLI::Error& e) {
+      return config_error(path, n, std::string(key) + ": " + e.what());
+    }
+    return true;
+  };
   try {
     if (const auto l = root["listen"]) {
-      if (l["host"] && !given("--host")) o.host = l["host"].as<std::string>();
-      if (l["port"] && !given("--port")) o.port = l["port"].as<int>();
-      if (l["tls_cert"] && !given("--tls-cert")) o.tls_cert = l["tls_cert"].as<std::string>();
-      if (l["tls_key"] && !given("--tls-key")) o.tls_key = l["tls_key"].as<std::string>();
+      if (!set(l["host"], "listen.host", "--host") || !set(l["port"], "listen.port", "--port") ||
+          !set(l["tls_cert"], "listen.tls_cert", "--tls-cert") ||
+          !set(l["tls_key"], "listen.tls_key", "--tls-key"))
+        return false;
     }
     if (const auto es = root["engines"]; es && !given("--engine")) {
       for (const auto& e : es) {
@@ -251,15 +267,17 @@ bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) 
                                   "(unknown) and max_num_seqs; got " +
                                   std::to_string(spec.max_num_seqs) + " and " +
                                   std::to_string(spec.concurrency));
-        spec.prefill_ms_per_token = e["prefill_ms_per_token"].as<double>(0);
         spec.batches = e["batches"].as<int>(1);
-        if (!std::isfinite(spec.prefill_ms_per_token) || spec.prefill_ms_per_token < 0)
-          return config_error(
-              path, e["prefill_ms_per_token"],
-              "engine " + spec.url +
-                  ": prefill_ms_per_token must be a number of milliseconds, 0 (unknown) "
-                  "or more; got " +
-                  e["prefill_ms_per_token"].as<std::string>());
+        for (const auto& [key, ms] :
+             {std::pair{"prefill_ms_per_token", &engines::EngineSpec::prefill_ms_per_token},
+              std::pair{"lone_token_ms", &engines::EngineSpec::lone_token_ms}}) {
+          spec.*ms = e[key].as<double>(0);
+          if (!std::isfinite(spec.*ms) || spec.*ms < 0)
+            return config_error(path, e[key],
+                                "engine " + spec.url + ": " + key +
+                                    " must be a number of milliseconds, 0 (unknown) or more; got " +
+                                    e[key].as<std::string>());
+        }
         if (spec.batches < 1 || spec.batches > spec.max_num_seqs)
           return config_error(path, e["batches"],
                               "engine " + spec.url +
@@ -270,15 +288,15 @@ bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) 
       }
     }
     if (const auto s = root["sim"]) {
-      if (s["time_scale"] && !given("--time-scale")) o.time_scale = s["time_scale"].as<double>();
-      if (s["slots"] && !given("--sim-slots")) o.sim_slots = s["slots"].as<int>();
-      if (s["profile"] && !given("--profile")) o.sim_profile = s["profile"].as<std::string>();
-      if (s["interference_scale"] && !given("--interference-scale"))
-        o.interference_scale = s["interference_scale"].as<double>();
-      if (s["script"] && !given("--script")) o.script = s["script"].as<std::string>();
+      if (!set(s["time_scale"], "sim.time_scale", "--time-scale") ||
+          !set(s["slots"], "sim.slots", "--sim-slots") ||
+          !set(s["profile"], "sim.profile", "--profile") ||
+          !set(s["interference_scale"], "sim.interference_scale", "--interference-scale") ||
+          !set(s["script"], "sim.script", "--script"))
+        return false;
     }
     if (const auto t = root["tools"]) {
-      if (t["corpus"] && !given("--corpus")) o.corpus = t["corpus"].as<std::string>();
+      if (!set(t["corpus"], "tools.corpus", "--corpus")) return false;
       if (!load_http_tools(path, t, o)) return false;
     }
     if (const auto sw = root["switches"]) {
@@ -287,39 +305,33 @@ bool load_config(const std::string& path, ServeOptions& o, const CLI::App& cmd) 
       if (sw["emission"] && !given("--no-emission")) o.no_emission = !sw["emission"].as<bool>();
     }
     if (const auto l = root["limits"]) {
-      if (l["max_body_bytes"] && !given("--max-body-bytes"))
-        o.max_body_bytes = l["max_body_bytes"].as<std::size_t>();
-      if (l["max_header_bytes"] && !given("--max-header-bytes"))
-        o.max_header_bytes = l["max_header_bytes"].as<std::size_t>();
-      if (l["header_timeout_ms"] && !given("--header-timeout-ms"))
-        o.header_timeout_ms = l["header_timeout_ms"].as<int>();
-      if (l["idle_timeout_ms"] && !given("--idle-timeout-ms"))
-        o.idle_timeout_ms = l["idle_timeout_ms"].as<int>();
-      if (l["max_connections"] && !given("--max-connections"))
-        o.max_connections = l["max_connections"].as<std::size_t>();
-      if (l["workflow_idle_ms"] && !given("--workflow-idle-ms"))
-        o.workflow_idle_ms = l["workflow_idle_ms"].as<int>();
-      if (l["max_live_runs"] && !given("--max-live-runs"))
-        o.max_live_runs = l["max_live_runs"].as<std::size_t>();
-      if (l["shutdown_grace_ms"] && !given("--shutdown-grace-ms"))
-        o.shutdown_grace_ms = l["shutdown_grace_ms"].as<int>();
+      for (const auto& [key, flag] : {std::pair{"max_body_bytes", "--max-body-bytes"},
+                                      std::pair{"max_header_bytes", "--max-header-bytes"},
+                                      std::pair{"header_timeout_ms", "--header-timeout-ms"},
+                                      std::pair{"idle_timeout_ms", "--idle-timeout-ms"},
+                                      std::pair{"max_connections", "--max-connections"},
+                                      std::pair{"workflow_idle_ms", "--workflow-idle-ms"},
+                                      std::pair{"max_live_runs", "--max-live-runs"},
+                                      std::pair{"shutdown_grace_ms", "--shutdown-grace-ms"}})
+        if (!set(l[key], ("limits." + std::string(key)).c_str(), flag)) return false;
     }
     if (root["auth"] && !given("--keys")) o.auth_in_config = true;
     if (const auto s = root["shared_stages"]; s && !given("--share-stage"))
       for (const auto& n : s)
         o.shared_stages.push_back(n.as<std::string>());
-    if (root["record"] && !given("--record")) o.record = root["record"].as<std::string>();
-    if (root["library"] && !given("--library")) o.library = root["library"].as<std::string>();
-    if (const auto l = root["log"]) {
-      if (l["level"] && !given("--log-level")) o.log_level = l["level"].as<std::string>();
-      if (l["format"] && !given("--log-format")) o.log_format = l["format"].as<std::string>();
-    }
-    if (const auto e = root["explain"]) {
-      if (e["runs"] && !given("--explain-runs")) o.explain_runs = e["runs"].as<std::size_t>();
-      if (e["keep_s"] && !given("--explain-keep-s")) o.explain_keep_s = e["keep_s"].as<int>();
-    }
-    if (root["threads"] && !given("--threads")) o.threads = root["threads"].as<int>();
-    if (root["io_threads"] && !given("--io-threads")) o.io_threads = root["io_threads"].as<int>();
+    if (!set(root["record"], "record", "--record") || !set(root["library"], "library", "--library"))
+      return false;
+    if (const auto l = root["log"])
+      if (!set(l["level"], "log.level", "--log-level") ||
+          !set(l["format"], "log.format", "--log-format"))
+        return false;
+    if (const auto e = root["explain"])
+      if (!set(e["runs"], "explain.runs", "--explain-runs") ||
+          !set(e["keep_s"], "explain.keep_s", "--explain-keep-s"))
+        return false;
+    if (!set(root["threads"], "threads", "--threads") ||
+        !set(root["io_threads"], "io_threads", "--io-threads"))
+      return false;
   } catch (const YAML::Exception& e) {
     std::cerr << "dynrt serve: " << path << ":" << e.mark.line + 1 << ":" << e.mark.column + 1
               << ": " << e.msg << "\n";
@@ -461,7 +473,9 @@ void log_near_miss(spdlog::logger& log, const nlohmann::json& miss, bool json_fo
   log.debug(text);
 }
 
-int serve(ServeOptions o, const CLI::App& cmd) {
+// `o` is the options the command line was parsed into: a --config value is given to its flag's
+// option, which converts and checks it into `o` as it would the flag.
+int serve(ServeOptions& o, CLI::App& cmd) {
   const sigset_t signals = control_signals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   if (!o.config.empty() && !load_config(o.config, o, cmd)) return kExitUsage;
@@ -568,10 +582,6 @@ int serve(ServeOptions o, const CLI::App& cmd) {
     std::cerr << "dynrt serve: " << p.error().message << "\n";
     return kExitUsage;
   }
-  if (!(o.interference_scale > 0)) {
-    std::cerr << "dynrt serve: sim.interference_scale must be above 0\n";
-    return kExitUsage;
-  }
   for (const auto& e : o.engines) {
     auto engine = engines::make_engine(e, sim);
     if (!engine) {
@@ -634,10 +644,6 @@ int serve(ServeOptions o, const CLI::App& cmd) {
   go.max_connections = o.max_connections;
   go.tls_cert = o.tls_cert;
   go.tls_key = o.tls_key;
-  if (o.max_connections == 0) {
-    std::cerr << "dynrt serve: --max-connections must be at least 1\n";
-    return kExitUsage;
-  }
   if (!raise_descriptor_limit(o.max_connections)) return kExitUsage;
   // /v1/models lists the models the engines were configured with (the embedded engine answers
   // to any name and calls itself "sim").
@@ -771,7 +777,7 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--time-scale", o->time_scale,
                   "sim: real milliseconds per simulated second (1000 real time, 0 as fast as "
                   "possible)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(cli_checks::non_negative_finite())
       ->capture_default_str();
   cmd->add_option("--sim-slots", o->sim_slots,
                   "sim: decode slots per worker (default: the profile's)")
@@ -783,7 +789,7 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--interference-scale", o->interference_scale,
                   "sim: the engine's true interference as a multiple of the fit the price curves "
                   "use (1: exact)")
-      ->check(CLI::PositiveNumber)
+      ->check(cli_checks::positive_finite())
       ->capture_default_str();
   cmd->add_option("--script", o->script, "sim: response script (JSON lines)");
   cmd->add_option("--corpus", o->corpus,
@@ -795,8 +801,10 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
                 "Act on a decode-window decision only when its decider's output ends, not as "
                 "soon as its selection is emitted in a streamed call");
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (413 above)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 32))
       ->capture_default_str();
   cmd->add_option("--max-header-bytes", o->max_header_bytes, "Largest request head (431 above)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 24))
       ->capture_default_str();
   cmd->add_option("--header-timeout-ms", o->header_timeout_ms,
                   "Time a client has to send a whole request (408 after)")

@@ -1,6 +1,7 @@
 // dynrt-sim-engine: the simulated engine as an OpenAI-compatible server, so dynrt (and anything
 // else that speaks the API) can be run against something that behaves like vLLM, on any
 // machine. See engines/sim/server.hpp for the API and engines/sim/model.hpp for the model.
+#include "cli/number_checks.hpp"
 #include "engines/sim/engine.hpp"
 #include "engines/sim/profiles.hpp"
 #include "engines/sim/server.hpp"
@@ -40,7 +41,7 @@ int main(int argc, char** argv) {
   app.add_option("--time-scale", engine_options.time_scale,
                  "Real milliseconds per simulated second (1000: real time; 0: as fast as "
                  "possible)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(dynrt::cli_checks::non_negative_finite())
       ->capture_default_str();
   app.add_option("--script", script_path, "Response script (JSON lines) of recorded answers");
   app.add_option("--profile", profile_name,
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   app.add_option("--interference-scale", interference_scale,
                  "True interference as a multiple of the fit dynrt's price curves use (1: exact)")
-      ->check(CLI::PositiveNumber)
+      ->check(dynrt::cli_checks::positive_finite())
       ->capture_default_str();
   app.add_option("--model", server.model, "Model name /v1/models lists")->capture_default_str();
   app.add_option("--threads", server.threads, "I/O threads")

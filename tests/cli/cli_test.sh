@@ -68,6 +68,38 @@ check "bench needs a subcommand" 2 "$dynrt" bench
 check "bench admission rejects a bad count" 2 "$dynrt" bench admission --snapshots 0
 check "bench admission rejects crossed bounds" 2 "$dynrt" bench admission --min-candidates 5 --max-candidates 3
 
+# Numbers a flag would refuse are refused, not NaN or infinity let through.
+check "bench sweep refuses a NaN interference scale" 2 "$dynrt" bench sweep routing --interference-scale nan --out /tmp/dynrt-cli-nan.$$
+contains "says it is not a number" /tmp/dynrt-cli-err.$$ "--interference-scale: Value nan is not a finite number above 0"
+check "bench sweep refuses an infinite saturation rate" 2 "$dynrt" bench sweep routing --saturation inf --out /tmp/dynrt-cli-nan.$$
+check "bench refuses a NaN repeat rate" 2 "$dynrt" bench routing --repeat-rate nan --out /tmp/dynrt-cli-nan.$$
+check "bench sweep refuses a rate that would take days of simulated time" 2 "$dynrt" bench sweep routing --saturation 1e-9 --out /tmp/dynrt-cli-nan.$$
+contains "says how long" /tmp/dynrt-cli-err.$$ "simulated seconds; a cell may span at most"
+check "bench sweep refuses a load given twice" 2 "$dynrt" bench sweep routing --loads 0.3,0.5,0.3 --out /tmp/dynrt-cli-nan.$$
+contains "names the load" /tmp/dynrt-cli-err.$$ "load 0.3 is given twice"
+[ -e /tmp/dynrt-cli-nan.$$ ] && { echo "FAIL a refused bench wrote its output folder"; fails=$((fails + 1)); }
+
+# serve --config: each value is checked as its flag is, and refused at its position before
+# anything listens (timeout: a value let through would serve until killed).
+cfg=/tmp/dynrt-cli-cfg.$$.yaml
+while IFS='|' read -r name yaml where; do
+  printf '%b' "$yaml" > "$cfg"
+  check "serve --config refuses $name" 2 timeout 20 "$dynrt" serve templates --config "$cfg" --port 0
+  contains "$name is positioned" /tmp/dynrt-cli-err.$$ "$cfg:$where"
+done <<'CASES'
+zero scheduler threads|threads: 0\n|1:10: threads: --threads: Value 0 not in range 1 to 256
+negative I/O threads|limits: {}\nio_threads: -2\n|2:13: io_threads:
+a NaN time scale|sim:\n  time_scale: .nan\n|2:15: sim.time_scale: --time-scale: Value .nan is not a number
+a negative interference scale|sim: {interference_scale: -1}\n|1:27: sim.interference_scale:
+zero simulated slots|sim: {slots: 0}\n|1:14: sim.slots:
+a negative header timeout|limits: {header_timeout_ms: -5}\n|1:29: limits.header_timeout_ms:
+a negative body limit|limits: {max_body_bytes: -1}\n|1:26: limits.max_body_bytes:
+zero connections|limits: {max_connections: 0}\n|1:27: limits.max_connections:
+an unknown log level|log: {level: loud}\n|1:14: log.level: --log-level: loud not in
+a list for a number|threads: [1, 2]\n|1:10: threads must be a single value
+CASES
+rm -f "$cfg"
+
 # template draft: a recording of two workflows, a line that is not a call, usage errors.
 rec=/tmp/dynrt-cli-rec.$$.jsonl
 drafts=/tmp/dynrt-cli-drafts.$$
