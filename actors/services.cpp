@@ -700,6 +700,8 @@ struct PricingState {
     controller->set_decode_slots(p.slots);
     controller->set_prefill(p.prefill_ms_per_token, p.batches);
     controller->observe_load(p.canonical, p.queued, p.kv);
+    for (std::size_t i = 0; i < loads.size(); ++i)
+      controller->observe_decode(i, run::decode_reading(loads[i]));
   }
 
   // After every message: the board is what Runtime::stats() reads.

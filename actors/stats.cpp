@@ -76,6 +76,7 @@ constexpr std::array kDerived = {
     DerivedSpec{"dynrt_fills_share_refused_total", "counter", "Fill reservations refused: their tenant held its share of the fill budget.", [](const RuntimeStats& s) { return double(s.admission.share_refused); }},
     DerivedSpec{"dynrt_fills_reserve_refused_total", "counter", "Fill candidates refused because they were worth less than the fill budget's reserve price (the budget nearly spent).", [](const RuntimeStats& s) { return double(s.admission.reserve_refused); }},
     DerivedSpec{"dynrt_load_envelope", "gauge", "The causal load envelope rho_H (Eq. 3).", [](const RuntimeStats& s) { return s.envelope; }},
+    DerivedSpec{"dynrt_gate_interference_scale", "gauge", "The engines' decode-step stretch over the price curves' interference curve, as their inter-token latency reads it (1 until enough intervals were read, or where no engine states its lone-request token gap); the slot and KV prices are the curve's times this.", [](const RuntimeStats& s) { return s.admission.interference_scale; }},
     DerivedSpec{"dynrt_fills_in_flight", "gauge", "Fills holding a reservation.", [](const RuntimeStats& s) { return double(s.fills_in_flight); }},
     DerivedSpec{"dynrt_fill_kv_reserved", "gauge", "KV share (of the KV budget) reserved by fills.", [](const RuntimeStats& s) { return s.kv_reserved; }},
     DerivedSpec{"dynrt_branches_open", "gauge", "Branches the generation gate opened, not yet settled.", [](const RuntimeStats& s) { return double(s.branches_open); }},

@@ -250,7 +250,8 @@ CellResult run_http_cell(const CellContext& cx, const HttpCellOptions& h) {
       << "engines:\n  - url: " << engine.url() << "\n    max_num_seqs: " << capacity.slots_total
       << "\n    concurrency: " << capacity.concurrency
       << "\n    prefill_ms_per_token: " << capacity.prefill_ms_per_token
-      << "\n    batches: " << capacity.batches << "\n";
+      << "\n    lone_token_ms: " << capacity.lone_token_ms << "\n    batches: " << capacity.batches
+      << "\n";
   std::vector<std::string> serve = {h.dynrt,
                                     "serve",
                                     o.templates,
@@ -369,6 +370,7 @@ CellResult run_http_cell(const CellContext& cx, const HttpCellOptions& h) {
   res.fills_consumed = metric(metrics, "dynrt_fills_consumed_total") * per;
   res.served_fill = metric(metrics, "dynrt_requests_total{served=\"fill\"}") * per;
   res.served_cache = metric(metrics, "dynrt_requests_total{served=\"cache\"}") * per;
+  res.interference_fit = metric(metrics, "dynrt_gate_interference_scale");
   res.wasted_engine_s = -1;  // not comparable behind a URL (see the header)
   res.speculative_engine_s = -1;
   res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();

@@ -660,6 +660,7 @@ CellResult run_cell(const CellContext& cx) {
     res.fill_p = gate.admitted_p / admitted;
     res.fill_used_share = static_cast<double>(gate.fills_used) / admitted;
   }
+  res.interference_fit = gate.interference_scale;
   if (const auto decided = gate.branches_opened + gate.branches_closed; decided > 0) {
     res.gate_open_share = static_cast<double>(gate.branches_opened) / static_cast<double>(decided);
     res.gate_audit_share = gate.branches_opened ? static_cast<double>(gate.generation_audits) /
@@ -781,6 +782,7 @@ json CellResult::to_json() const {
           {"gate_audit_share", gate_audit_share},
           {"fill_p", fill_p},
           {"fill_used_share", fill_used_share},
+          {"interference_fit", interference_fit},
           {"window_over_downstream", window_over_downstream},
           {"stages", stage_times_json(stages)},
           {"wall_s", wall_s}};

@@ -128,6 +128,9 @@ struct CellResult {
   // The fill gate's calibration: the mean p it weighed its admitted fills by, and the share of
   // them that served their branch's selection; -1 when it admitted none.
   double fill_p = -1;
+  // The engine's stretch over the price curves' interference, as the controller read it at the
+  // cell's end (1: no fit, or not enough load to read one).
+  double interference_fit = 1;
   double fill_used_share = -1;
   // The median over runs of (engine-driven resolution windows) / (the downstream work after
   // them), from the answers' latencies: a model stage that decides, against the stages after

@@ -126,9 +126,10 @@ SweepPoint over_seeds(const std::vector<CellResult>& cells) {
   std::vector<double> means, p50, p99, ratio, issued, consumed, wasted, gate, drafts, drafting;
   std::vector<double> kv_use, kv_wait;
   std::vector<std::vector<StageTime>> stages;
-  std::vector<double> fill_p, fill_used;
+  std::vector<double> fill_p, fill_used, fit;
   for (const auto& c : cells) {
     stages.push_back(c.stages);
+    fit.push_back(c.interference_fit);
     if (c.fill_p >= 0) {
       fill_p.push_back(c.fill_p);
       fill_used.push_back(c.fill_used_share);
@@ -164,6 +165,7 @@ SweepPoint over_seeds(const std::vector<CellResult>& cells) {
   p.stages = mean_stage_times(stages);
   p.fill_p = fill_p.empty() ? -1 : mean(fill_p);
   p.fill_used_share = fill_used.empty() ? -1 : mean(fill_used);
+  p.interference_fit = mean(fit);
   return p;
 }
 
@@ -286,6 +288,7 @@ json SweepRecord::to_json() const {
             {"gate_audit_share", cell.gate_audit_share},
             {"fill_p", cell.fill_p},
             {"fill_used_share", cell.fill_used_share},
+            {"interference_fit", cell.interference_fit},
             {"requests", cell.requests},
             {"completed", cell.completed},
             {"failures", cell.failures},
@@ -301,6 +304,7 @@ json SweepRecord::to_json() const {
                  {"fills_consumed", http->fills_consumed},
                  {"served_fill", http->served_fill},
                  {"served_cache", http->served_cache},
+                 {"interference_fit", http->interference_fit},
                  {"completed", http->completed},
                  {"failures", http->failures},
                  {"first_failure", http->first_failure},
@@ -326,6 +330,7 @@ json SweepPoint::to_json() const {
             {"gate_open_share", gate_open_share},
             {"fill_p", fill_p},
             {"fill_used_share", fill_used_share},
+            {"interference_fit", interference_fit},
             {"draft_samples", draft_samples},
             {"drafting_engine_s", drafting_engine_s},
             {"kv_use", kv_use},

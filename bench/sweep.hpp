@@ -100,7 +100,8 @@ struct SweepPoint {  // one (workload, load, arm) over the seeds
   double gate_open_share = -1;
   double fill_p = -1;  // means over the seeds that admitted fills (CellResult)
   double fill_used_share = -1;
-  double draft_samples = 0;  // drafter samples per run, and their engine-seconds
+  double interference_fit = 1;  // mean over seeds (CellResult)
+  double draft_samples = 0;     // drafter samples per run, and their engine-seconds
   double drafting_engine_s = 0;
   double kv_use = 0;  // means over seeds (CellResult)
   double kv_wait_share = 0;
@@ -139,7 +140,7 @@ CellTrim trim_cell(std::size_t requests, double rate);
 std::string format_sweep(const SweepOptions& options, const SweepResult& result);
 
 // `dynrt bench bursty` (the paper's Figure 15): one trace of four phases with as many runs each,
-// A quiet (kBurstyLoads[0] of the saturation rate), B a burst, C the burst's rate with most
+// A quiet (0.15 of the saturation rate), B a burst (0.9), C the burst's rate with most
 // runs exact repeats of popular ones (reuse-heavy), D quiet again (recovery). Every arm replays
 // the same trace, per seed; the whole trace's mean latency is compared (the loads option is
 // unused). The trace starts with 30 simulated seconds of warm-up at A's rate, left out of

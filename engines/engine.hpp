@@ -126,6 +126,21 @@ struct LoadSnapshot {
   // The independent decode batches the capacities here are totals of (an engine's workers or
   // data-parallel ranks): a prompt stalls only the batch it joins.
   int batches = 1;
+  // How far apart a request's output tokens come, as counters since the engine started: the
+  // gaps between two tokens of one request and their total seconds (vLLM's inter-token latency
+  // histogram; llama.cpp's predicted tokens and their seconds), and the prompt tokens it has
+  // processed. Two readings' difference is the mean inter-token latency over the time between
+  // them, and the prompt work that stalled it. 0: not exported.
+  double token_gaps = 0;
+  double token_gap_s = 0;
+  double prompt_tokens = 0;
+  // The decode steps taken, since start (vLLM's engine-step histogram
+  // vllm:iteration_tokens_total); with the gaps, the mean batch between two readings. 0: not
+  // exported (the batch at the reading stands for it).
+  double decode_steps = 0;
+  // The gap between two tokens of a request decoding alone, in ms (0: not known): what the
+  // inter-token latency is stretched from.
+  double lone_token_ms = 0;
   double kv_used = 0;  // tokens (sim) or a fraction of kv_total (engines that export one)
   double kv_total = 0;
   int queued = 0;

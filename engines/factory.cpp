@@ -43,6 +43,7 @@ Expected<std::shared_ptr<Engine>> make_openai_engine(const EngineSpec& e, bool p
   oo.max_num_seqs = e.max_num_seqs;
   oo.concurrency = e.concurrency;
   oo.prefill_ms_per_token = e.prefill_ms_per_token;
+  oo.lone_token_ms = e.lone_token_ms;
   oo.batches = e.batches;
   oo.api_key = e.api_key;
   oo.name = e.url;

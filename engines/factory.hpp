@@ -24,6 +24,7 @@ struct EngineSpec {
   int max_num_seqs = 256;
   int concurrency = 0;  // requests it decodes at once before it is compute-bound; 0: unknown
   double prefill_ms_per_token = 0;  // a step's added time per prompt token; 0: unknown
+  double lone_token_ms = 0;         // the gap between tokens of a lone request; 0: unknown
   int batches = 1;                  // decode batches the capacities are totals of
   std::string api_key;              // sent to the engine as a bearer token
 };

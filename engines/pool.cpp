@@ -272,6 +272,7 @@ LoadSnapshot EnginePool::load() const {
   double kv_used = 0, kv_total = 0, kv_share = 0;
   int kv_reporting = 0;
   PrefillStall prefill;
+  TokenPace pace;
   std::vector<bool> fills_open(replicas_.size(), true);
   {
     std::lock_guard lock(mutex_);
@@ -290,6 +291,7 @@ LoadSnapshot EnginePool::load() const {
     any_concurrency = any_concurrency || s.concurrency > 0;
     concurrency += static_cast<int>(capacity_of(s));
     prefill.add(s);
+    pace.add(s);
     if (s.kv_total > 0) {
       ++kv_reporting;
       kv_share += s.kv_occupancy();
@@ -302,6 +304,7 @@ LoadSnapshot EnginePool::load() const {
   if (any_concurrency) out.concurrency = concurrency;
   if (prefill.batches > 0) out.batches = prefill.batches;
   out.prefill_ms_per_token = prefill.ms_per_token();
+  pace.into(out);
   if (kv_reporting > 0) {
     out.kv_used = all_tokens ? kv_used : kv_share / kv_reporting;
     out.kv_total = all_tokens ? kv_total : 1;

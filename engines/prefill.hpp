@@ -26,4 +26,34 @@ struct PrefillStall {
   double ms_per_token() const { return stalling > 0 ? stall_ms / stalling : 0; }
 };
 
+// Adding up the token counters of an engine's workers or a pool's replicas, all of one model
+// (LoadSnapshot::token_gaps, token_gap_s, prompt_tokens, decode_steps): their sums, and the
+// lone request's token gap as the mean over those that know it.
+struct TokenPace {
+  double gaps = 0;
+  double gap_s = 0;
+  double prompt_tokens = 0;
+  double steps = 0;
+  double lone_ms = 0;  // summed over `lone`
+  int lone = 0;
+
+  void add(const LoadSnapshot& s) {
+    gaps += s.token_gaps;
+    gap_s += s.token_gap_s;
+    prompt_tokens += s.prompt_tokens;
+    steps += s.decode_steps;
+    if (s.lone_token_ms > 0) {
+      lone_ms += s.lone_token_ms;
+      ++lone;
+    }
+  }
+  void into(LoadSnapshot& s) const {
+    s.token_gaps = gaps;
+    s.token_gap_s = gap_s;
+    s.prompt_tokens = prompt_tokens;
+    s.decode_steps = steps;
+    s.lone_token_ms = lone > 0 ? lone_ms / lone : 0;
+  }
+};
+
 }  // namespace dynrt::engines

@@ -40,4 +40,20 @@ Pressure pressure_of(const std::vector<engines::LoadSnapshot>& loads, int config
   return p;
 }
 
+admission::DecodeReading decode_reading(const engines::LoadSnapshot& s) {
+  admission::DecodeReading d;
+  if (!s.valid) return d;
+  const double batches = std::max(1, s.batches);
+  d.token_gaps = s.token_gaps;
+  d.token_gap_s = s.token_gap_s;
+  d.prompt_tokens = s.prompt_tokens;
+  d.decode_steps = s.decode_steps;
+  d.lone_token_ms = s.lone_token_ms;
+  d.prefill_ms_per_token = s.prefill_ms_per_token;
+  d.batch = s.slots_busy / batches;
+  d.compute_batch = s.concurrency > 0 ? s.concurrency / batches : 0;
+  d.kv = std::clamp(s.kv_occupancy(), 0.0, 1.0);
+  return d;
+}
+
 }  // namespace dynrt::run

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "engines/engine.hpp"
+#include "runtime/admission/interference_fit.hpp"
 
 #include <optional>
 #include <vector>
@@ -36,5 +37,11 @@ struct Pressure {
 // more.
 Pressure pressure_of(const std::vector<engines::LoadSnapshot>& loads, int configured_slots,
                      int canonical, int fills);
+
+// What the price curves' interference fit reads from one engine's snapshot
+// (admission::InterferenceFit): its token counters, with its batch and compute-bound batch per
+// decode batch and its KV in use. Per engine, since engines of different models have different
+// lone-request gaps and stretch differently.
+admission::DecodeReading decode_reading(const engines::LoadSnapshot& s);
 
 }  // namespace dynrt::run

@@ -277,6 +277,7 @@ OpenAiEngine::OpenAiEngine(OpenAiOptions options)
   load_.slots_total = options_.max_num_seqs;
   load_.concurrency = options_.concurrency;
   load_.prefill_ms_per_token = options_.prefill_ms_per_token;
+  load_.lone_token_ms = options_.lone_token_ms;
   load_.batches = options_.batches;
   if (options_.scrape_interval > Duration::zero()) {
     loop_->every(options_.scrape_interval, [this] { scrape(); });
@@ -480,6 +481,7 @@ void OpenAiEngine::update_load(const std::string& metrics_text) {
   LoadSnapshot s = load_from_metrics(samples, flavor, options_.max_num_seqs);
   s.concurrency = options_.concurrency;
   s.prefill_ms_per_token = options_.prefill_ms_per_token;
+  s.lone_token_ms = options_.lone_token_ms;
   s.batches = options_.batches;
   s.at = std::chrono::time_point_cast<Duration>(std::chrono::steady_clock::now());
   {

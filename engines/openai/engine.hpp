@@ -61,6 +61,11 @@ struct OpenAiOptions {
   // How much longer a decode step lasts per prompt token it carries, in ms
   // (LoadSnapshot::prefill_ms_per_token); no engine exports it; 0: unknown, prompts unpriced.
   double prefill_ms_per_token = 0;
+  // The gap between two output tokens of a request decoding alone, in ms
+  // (LoadSnapshot::lone_token_ms): its inter-token latency with no other request beside it, as
+  // a single-request benchmark measures it; no engine exports it; 0: unknown, and admission
+  // does not correct its interference curve from this engine's inter-token latency.
+  double lone_token_ms = 0;
   // The decode batches behind the URL that the capacities above are totals of (data-parallel
   // ranks, or a simulated engine's workers).
   int batches = 1;

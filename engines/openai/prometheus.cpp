@@ -169,6 +169,26 @@ EngineFlavor detect_flavor(const std::vector<MetricSample>& samples) {
   return EngineFlavor::generic;
 }
 
+namespace {
+
+// The token counters of a histogram of inter-token gaps (its _count and _sum), the first of
+// `names` the samples have, summed over label sets; and the prompt tokens counter.
+void token_pace(const std::vector<MetricSample>& samples,
+                std::initializer_list<std::string_view> names, std::string_view prompt,
+                LoadSnapshot& s) {
+  for (const std::string_view name : names) {
+    const Gauge count = gauge(samples, std::string(name) + "_count");
+    const Gauge sum = gauge(samples, std::string(name) + "_sum");
+    if (!count.found() || !sum.found()) continue;
+    s.token_gaps = count.sum;
+    s.token_gap_s = sum.sum;
+    break;
+  }
+  s.prompt_tokens = gauge(samples, prompt).sum;
+}
+
+}  // namespace
+
 LoadSnapshot load_from_metrics(const std::vector<MetricSample>& samples, EngineFlavor flavor,
                                int slots_total) {
   if (flavor == EngineFlavor::automatic) flavor = detect_flavor(samples);
@@ -188,6 +208,10 @@ LoadSnapshot load_from_metrics(const std::vector<MetricSample>& samples, EngineF
         s.kv_total = tokens > 0 ? tokens : 1;
         s.kv_used = kv.mean() * s.kv_total;
       }
+      token_pace(samples,
+                 {"vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"},
+                 "vllm:prompt_tokens_total", s);
+      s.decode_steps = gauge(samples, "vllm:iteration_tokens_total_count").sum;
       break;
     }
     case EngineFlavor::sglang: {
@@ -203,11 +227,18 @@ LoadSnapshot load_from_metrics(const std::vector<MetricSample>& samples, EngineF
         s.kv_used = usage.mean();
         s.kv_total = 1;
       }
+      token_pace(samples,
+                 {"sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"},
+                 "sglang:prompt_tokens_total", s);
       break;
     }
     case EngineFlavor::llamacpp:
       running = gauge(samples, "llamacpp:requests_processing");
       waiting = gauge(samples, "llamacpp:requests_deferred");
+      // Its counters of predicted tokens and the seconds they took are the gaps and their sum.
+      s.token_gaps = gauge(samples, "llamacpp:tokens_predicted_total").sum;
+      s.token_gap_s = gauge(samples, "llamacpp:tokens_predicted_seconds_total").sum;
+      s.prompt_tokens = gauge(samples, "llamacpp:prompt_tokens_total").sum;
       break;
     case EngineFlavor::automatic:
     case EngineFlavor::generic:

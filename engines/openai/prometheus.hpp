@@ -5,7 +5,13 @@
 // vllm:kv_cache_usage_perc (or vllm:gpu_cache_usage_perc before v0.12). SGLang (with
 // --enable-metrics): sglang:num_running_reqs, sglang:num_queue_reqs, sglang:token_usage (or
 // sglang:num_used_tokens over sglang:max_total_num_tokens). llama.cpp server (with --metrics):
-// llamacpp:requests_processing and llamacpp:requests_deferred; it exports no KV usage.
+// llamacpp:requests_processing and llamacpp:requests_deferred; it exports no KV usage. The
+// token counters (LoadSnapshot::token_gaps, token_gap_s, prompt_tokens): vLLM's
+// vllm:inter_token_latency_seconds histogram (vllm:time_per_output_token_seconds before it was
+// renamed) and vllm:prompt_tokens_total; SGLang's sglang:inter_token_latency_seconds (or
+// sglang:time_per_output_token_seconds) and sglang:prompt_tokens_total; llama.cpp's
+// llamacpp:tokens_predicted_total, llamacpp:tokens_predicted_seconds_total and
+// llamacpp:prompt_tokens_total.
 // Series with several label sets (engines, ranks) are summed; KV fractions are averaged.
 // None of the three exports its decode-slot capacity, so it comes from configuration (vLLM's
 // --max-num-seqs). Pure.

@@ -110,9 +110,11 @@ LoadSnapshot SimEngine::load() const {
   std::lock_guard lock(mutex_);
   LoadSnapshot s;
   PrefillStall prefill;
+  TokenPace pace;
   for (const SimModel& m : models_) {
     const LoadSnapshot w = m.load();
     prefill.add(w);
+    pace.add(w);
     s.slots_busy += w.slots_busy;
     s.slots_total += w.slots_total;
     s.concurrency += w.concurrency;
@@ -122,6 +124,7 @@ LoadSnapshot SimEngine::load() const {
   }
   s.batches = prefill.batches;  // each worker is one
   s.prefill_ms_per_token = prefill.ms_per_token();
+  pace.into(s);
   s.valid = true;
   s.at = TimePoint{} + sim_now_locked();
   return s;
@@ -146,6 +149,10 @@ SimCounters SimEngine::counters() const {
     sum.prompt_tokens += c.prompt_tokens;
     sum.generated_tokens += c.generated_tokens;
     sum.steps += c.steps;
+    sum.decode_steps += c.decode_steps;
+    sum.token_gaps += c.token_gaps;
+    sum.token_gap_s += c.token_gap_s;
+    sum.stalling_prompt_tokens += c.stalling_prompt_tokens;
     sum.busy += c.busy;
     sum.background_busy += c.background_busy;
     sum.wasted += c.wasted;

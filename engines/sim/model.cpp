@@ -182,6 +182,7 @@ void SimModel::start_step() {
     }
   }
   if (decoding_.empty() && step_chunks_.empty()) return;
+  step_start_ = now_;
   step_end_ = now_ + step_duration();
 }
 
@@ -298,6 +299,11 @@ void SimModel::advance(SimTime until, std::vector<SimEvent>& events) {
     if (step_end_ && *step_end_ <= now_) {
       step_end_.reset();
       ++counters_.steps;
+      const bool advanced = !decoding_.empty();  // its prompt chunks stalled someone's token
+      if (advanced) ++counters_.decode_steps;
+      counters_.token_gaps += decoding_.size();
+      counters_.token_gap_s += std::chrono::duration<double>(now_ - step_start_).count() *
+                               static_cast<double>(decoding_.size());
       std::vector<RequestHandle> done;
       for (const RequestHandle h : decoding_) {
         Req& r = requests_.at(h);
@@ -321,6 +327,7 @@ void SimModel::advance(SimTime until, std::vector<SimEvent>& events) {
       for (const auto& [h, tokens] : std::exchange(step_chunks_, {})) {
         Req& r = requests_.at(h);
         r.prefill_left -= tokens;
+        if (advanced) counters_.stalling_prompt_tokens += static_cast<std::uint64_t>(tokens);
         if (r.prefill_left > 0) continue;
         std::erase(prefilling_, h);
         r.phase = Phase::decode;
@@ -380,6 +387,11 @@ LoadSnapshot SimModel::load() const {
   s.kv_used = static_cast<double>(kv_in_use_);
   s.kv_total = static_cast<double>(params_.kv_tokens);
   s.queued = static_cast<int>(queue_.size());
+  s.token_gaps = static_cast<double>(counters_.token_gaps);
+  s.decode_steps = static_cast<double>(counters_.decode_steps);
+  s.token_gap_s = counters_.token_gap_s;
+  s.prompt_tokens = static_cast<double>(counters_.stalling_prompt_tokens);
+  s.lone_token_ms = params_.decode_step_ms;
   s.valid = true;
   return s;
 }

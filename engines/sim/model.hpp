@@ -86,6 +86,13 @@ struct SimCounters {
   std::uint64_t prompt_tokens = 0;
   std::uint64_t generated_tokens = 0;
   std::uint64_t steps = 0;
+  // The gaps between two output tokens of a request (one per request per decode step) and their
+  // seconds: a step's duration counts once for every request it advances.
+  std::uint64_t decode_steps = 0;  // steps that advanced at least one request
+  std::uint64_t token_gaps = 0;
+  double token_gap_s = 0;
+  // Prompt tokens processed inside decode steps that advanced a request (they lengthened a gap)
+  std::uint64_t stalling_prompt_tokens = 0;
   Duration busy{0};             // slot time of admitted requests
   Duration background_busy{0};  // ... of dynrt's fills (a priority above 0, or kind fill)
   Duration wasted{0};           // slot time of requests cancelled after admission
@@ -185,6 +192,7 @@ class SimModel {
   std::int64_t kv_reserved_ = 0;
   std::int64_t kv_in_use_ = 0;       // prompts and tokens generated so far, of admitted requests
   std::optional<SimTime> step_end_;  // the current decode step
+  SimTime step_start_{0};            // ... and when it began
   std::uint64_t next_seq_ = 0;
   int canonical_ = 0;
   SimCounters counters_;

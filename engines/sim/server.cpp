@@ -60,6 +60,19 @@ std::string vllm_metrics(const SimEngine& engine, const std::string& model) {
          static_cast<double>(c.prompt_tokens));
   metric("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
          static_cast<double>(c.generated_tokens));
+  // Histograms as vLLM writes them, with the +Inf bucket alone: the gaps between two tokens of
+  // a request and their seconds, and the engine steps (vLLM counts tokens per step).
+  auto histogram = [&](const char* name, const char* help, double count, double sum) {
+    out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << " histogram\n"
+        << name << "_bucket{engine=\"0\",le=\"+Inf\",model_name=\"" << model << "\"} " << count
+        << '\n'
+        << name << "_count" << labels << ' ' << count << '\n'
+        << name << "_sum" << labels << ' ' << sum << '\n';
+  };
+  histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+            static_cast<double>(c.token_gaps), c.token_gap_s);
+  histogram("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
+            static_cast<double>(c.decode_steps), static_cast<double>(c.generated_tokens));
   metric("dynrt_sim:busy_seconds_total", "counter", "Simulated slot time of admitted requests.",
          std::chrono::duration<double>(c.busy).count());
   metric("dynrt_sim:wasted_seconds_total", "counter",

@@ -48,6 +48,7 @@ Controller::Controller(const Clock& clock, AdmissionConfig config)
       config_(config),
       envelope_(config.horizon),
       curves_(config.prices),
+      fit_(config.prices.interference, config.interference_fit),
       rng_(config.seed ^ 0x9E3779B97F4A7C15ULL) {}
 
 // splitmix64: deterministic audits for a given seed, whatever the standard library.
@@ -93,6 +94,14 @@ void Controller::observe_load(double rho, double backlog, double engine_kv) {
   backlog_ = std::max(backlog, 0.0);
   engine_kv_ = std::clamp(engine_kv, 0.0, 1.0);
   record_load();
+}
+
+void Controller::observe_decode(std::size_t engine, const DecodeReading& reading) {
+  if (!config_.fit_interference) return;
+  fit_.observe(engine, reading);
+  curves_.set_interference_scale(std::max(fit_.scale(), config_.min_price_scale));
+  stats_.interference_scale = fit_.scale();
+  stats_.interference_intervals = fit_.intervals();
 }
 
 LoadView Controller::view() const {

@@ -25,6 +25,7 @@
 #include "runtime/admission/beta.hpp"
 #include "runtime/admission/fill_gate.hpp"
 #include "runtime/admission/generation_gate.hpp"
+#include "runtime/admission/interference_fit.hpp"
 #include "runtime/admission/load.hpp"
 #include "runtime/admission/price.hpp"
 #include "runtime/clock.hpp"
@@ -93,6 +94,16 @@ struct AdmissionConfig {
   // 0 turns it off.
   double budget_reserve_memory = 0.05;
   std::size_t settled_memory = 4096;  // settled branches kept for delayed feedback
+  // How the engines' inter-token latency corrects the prices' interference curve
+  // (observe_decode); `fit_interference` false keeps the curve as it is.
+  bool fit_interference = true;
+  InterferenceFitParams interference_fit;
+  // The least of the fit's scale the prices take: by default an engine that reads as stretching
+  // less than the curve gets no cheaper fills. A fill admitted too cheaply slows every request
+  // beside it; one refused costs only its own saving. And the fit reads low where an interval
+  // mixes small batches (the sharing overhead falls on some of its steps only): 0.7-0.9 at a
+  // tenth of saturation on an engine that stretches exactly as the curve.
+  double min_price_scale = 1.0;
   std::uint64_t seed = 1;
 };
 
@@ -167,6 +178,10 @@ struct AdmissionStats {
   // p the gate weighed fills by against the share that were used, a check of its calibration.
   double admitted_p = 0;
   std::uint64_t fills_used = 0;
+  // The engines' stretch over the price curves' interference, as the fit reads it now, and the
+  // load intervals it has read (InterferenceFit); the prices take it from min_price_scale up.
+  double interference_scale = 1;
+  std::uint64_t interference_intervals = 0;
 };
 
 // Whose budget a branch's fills are charged to: a tenant may hold at most `share` of the fill
@@ -195,6 +210,11 @@ class Controller {
   // What a prompt token stalls the engines' decode steps by, and over how many batches
   // (PriceCurves::set_prefill).
   void set_prefill(double ms_per_token, int batches) { curves_.set_prefill(ms_per_token, batches); }
+  // The engines' token counters at a load reading: the interference fit reads the stretch they
+  // show, and the slot and KV prices follow it (InterferenceFit).
+  // `engine` names the engine the reading is of (an index the caller keeps stable).
+  void observe_decode(std::size_t engine, const DecodeReading& reading);
+  const InterferenceFit& interference_fit() const { return fit_; }
 
   // -- a branch ------------------------------------------------------------------------------
   GenerationDecision open_branch(BranchId branch, const Hash128& coordinate);
@@ -321,6 +341,7 @@ class Controller {
   AdmissionConfig config_;
   LoadEnvelope envelope_;
   PriceCurves curves_;
+  InterferenceFit fit_;
   std::unordered_map<Hash128, ClassState> classes_;
   // Branch records outlive the runs around which they are made (settled ones are kept for
   // delayed feedback); from a pool of their own they do not pin pages of those runs' memory,

@@ -32,10 +32,12 @@ Prices PriceCurves::at(const LoadView& v) const {
   // Per fill: its own stretch of the waited-for work in its batch, plus the one-off sharing
   // overhead of a request alone in its batch (at most one per batch), spread over the fill
   // budget.
-  out.slot = (per_batch * m.per_request +
+  const double k = p_.interference_scale;
+  out.slot = k *
+             (per_batch * m.per_request +
               std::min(waited, p_.batches) * m.sharing_overhead / fill_slots_) /
              (1.0 - slot_use);
-  out.kv = waited * m.kv_marginal(share) / (1.0 - kv_use);
+  out.kv = k * waited * m.kv_marginal(share) / (1.0 - kv_use);
   // The stall: every waited-for request decoding in the batch the prompt joins waits for its
   // prefill, and past the compute-bound batch that forward-pass time is taken from every step
   // after it too, so it steepens with the same slot use as the slot price (without the factor

@@ -11,7 +11,9 @@
 // The requests that count are those a caller waits for: the canonical ones (rho * decode
 // slots), and the fills in flight weighted by their chance of being consumed
 // (LoadView::demanded), since a consumed fill is a caller's request started early. Below,
-// "canonical request" means either.
+// "canonical request" means either. The slot and KV prices are the curve's stretch times the
+// scale InterferenceFit reads from the engines' inter-token latency (1 until it has read
+// enough): the curve is one model on one GPU, and an engine may stretch more or less.
 //   - slots: each co-resident request stretches every co-running canonical request of its batch
 //     by a = 0.025%. The one-off 4.5% that any sharing costs falls only on a canonical request
 //     that had its batch to itself: at most one per batch, so at most `batches` of them in all,
@@ -69,6 +71,9 @@ struct PriceParams {
   double max_utilization = 0.95;    // caps the congestion factor at 20
   double prefill_ms_per_token = 0;  // a decode step's added time per prompt token (0: unknown)
   double batches = 1;               // independent decode batches the slots are spread over
+  // The engines' stretch as a multiple of `interference` (InterferenceFit): scales the slot and
+  // KV prices, which are the curve's; a prompt's stall is the engines' own figure.
+  double interference_scale = 1;
 };
 
 struct Prices {
@@ -100,6 +105,11 @@ class PriceCurves {
   void set_prefill(double ms_per_token, int batches) {
     p_.prefill_ms_per_token = ms_per_token > 0 ? ms_per_token : 0;
     p_.batches = batches >= 1 ? batches : 1;
+  }
+  // What the engines' inter-token latency says their stretch is, over the curve's
+  // (InterferenceFit::scale).
+  void set_interference_scale(double scale) {
+    p_.interference_scale = scale > 0 && std::isfinite(scale) ? scale : 1;
   }
   // The fill budget in effect: fills in flight at o_fill = 1.
   double fill_slots() const { return fill_slots_; }

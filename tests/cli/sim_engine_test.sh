@@ -33,6 +33,9 @@ contains "--help lists the time scale" "$tmp/out" "--time-scale"
 check "unknown option" 2 "$engine" --bogus
 check "slots out of range" 2 "$engine" --slots 0
 contains "slots out of range names it" "$tmp/err" "--slots"
+check "a NaN time scale" 2 "$engine" --time-scale nan --port 0
+contains "a NaN time scale names it" "$tmp/err" "--time-scale: Value nan is not a finite number of 0 or more"
+check "an infinite interference scale" 2 "$engine" --interference-scale inf --port 0
 printf '# a comment\n{"response": 3}\n' >"$tmp/bad.jsonl"
 check "bad script" 2 "$engine" --script "$tmp/bad.jsonl"
 contains "bad script names the line" "$tmp/err" "script line 2: needs a string \"response\""
@@ -77,6 +80,13 @@ metrics = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
 assert 'vllm:num_requests_running{engine="0",model_name="sim"} 0' in metrics, metrics
 assert 'dynrt_sim:max_num_seqs{engine="0",model_name="sim"} 8' in metrics, metrics
 assert 'kv_cache_size_tokens="600000"} 1' in metrics, metrics  # vllm:cache_config_info
+# Two answers of six tokens, each token a decode step of its own: twelve gaps, as long as the
+# steps (25 ms each, at time scale 0 still counted in simulated time).
+values = {l.split("{")[0]: float(l.rsplit(" ", 1)[1]) for l in metrics.splitlines()
+          if l and not l.startswith("#")}
+assert values["vllm:inter_token_latency_seconds_count"] == 12, metrics
+assert abs(values["vllm:inter_token_latency_seconds_sum"] - 12 * 0.025) < 1e-6, metrics
+assert values["vllm:iteration_tokens_total_count"] == 12, metrics
 PY
   then echo "ok   scripted answers over HTTP"; else echo "FAIL scripted answers over HTTP"; fails=$((fails + 1)); fi
 fi

@@ -173,6 +173,7 @@ def main():
           (knee.returncode, knee.stderr[:200]))
     # A negative prefill time and a zero batch count: refused, each at its key.
     for name, body, key in (("prefill", "    prefill_ms_per_token: -0.2\n", "prefill_ms_per_token"),
+                            ("lone", "    lone_token_ms: -1\n", "lone_token_ms"),
                             ("batches", "    batches: 0\n", "batches")):
         with open(os.path.join(tmp, name + ".yaml"), "w") as f:
             f.write("engines:\n  - url: %s\n    max_num_seqs: 64\n%s" % (url, body))

@@ -106,6 +106,43 @@ TEST(Prometheus, VllmKvPoolFromItsCacheConfigInfo) {
   EXPECT_NEAR(u.kv_used, 0.25, 1e-12);
 }
 
+// The token counters: vLLM's inter-token latency histogram (or its name before the rename), its
+// prompt tokens and its engine steps; llama.cpp's predicted tokens and their seconds. Summed over
+// engine cores.
+TEST(Prometheus, TokenGapCountersOfEachFlavor) {
+  const auto v = parse_prometheus(
+      "vllm:num_requests_running{engine=\"0\"} 3\n"
+      "vllm:inter_token_latency_seconds_bucket{engine=\"0\",le=\"0.05\"} 90\n"
+      "vllm:inter_token_latency_seconds_count{engine=\"0\"} 100\n"
+      "vllm:inter_token_latency_seconds_sum{engine=\"0\"} 4.5\n"
+      "vllm:inter_token_latency_seconds_count{engine=\"1\"} 50\n"
+      "vllm:inter_token_latency_seconds_sum{engine=\"1\"} 2.5\n"
+      "vllm:prompt_tokens_total{engine=\"0\"} 7000\n"
+      "vllm:iteration_tokens_total_count{engine=\"0\"} 40\n");
+  const LoadSnapshot l = load_from_metrics(v, EngineFlavor::vllm, 256);
+  EXPECT_EQ(l.token_gaps, 150);
+  EXPECT_DOUBLE_EQ(l.token_gap_s, 7.0);
+  EXPECT_EQ(l.prompt_tokens, 7000);
+  EXPECT_EQ(l.decode_steps, 40);
+  EXPECT_EQ(l.lone_token_ms, 0);  // no engine exports it: configuration gives it
+  const auto old = parse_prometheus(
+      "vllm:num_requests_running 1\nvllm:time_per_output_token_seconds_count 10\n"
+      "vllm:time_per_output_token_seconds_sum 0.3\n");
+  EXPECT_EQ(load_from_metrics(old, EngineFlavor::vllm, 8).token_gaps, 10);
+  const auto ll = parse_prometheus(
+      "llamacpp:requests_processing 1\nllamacpp:tokens_predicted_total 200\n"
+      "llamacpp:tokens_predicted_seconds_total 4\nllamacpp:prompt_tokens_total 900\n");
+  const LoadSnapshot c = load_from_metrics(ll, EngineFlavor::llamacpp, 4);
+  EXPECT_EQ(c.token_gaps, 200);
+  EXPECT_EQ(c.token_gap_s, 4);
+  EXPECT_EQ(c.prompt_tokens, 900);
+  // Without the counters, nothing is read.
+  const LoadSnapshot none =
+      load_from_metrics(parse_prometheus("vllm:num_requests_running 1\n"), EngineFlavor::vllm, 8);
+  EXPECT_EQ(none.token_gaps, 0);
+  EXPECT_EQ(none.token_gap_s, 0);
+}
+
 TEST(Prometheus, SglangAndLlamaCpp) {
   const auto sg = parse_prometheus(
       "sglang:num_running_reqs{tp_rank=\"0\"} 4\nsglang:num_queue_reqs 1\n"

@@ -99,6 +99,32 @@ TEST(SimModel, ABatchSharesStepsAndEachStepIsStretched) {
   EXPECT_EQ(pair.model.counters().steps, 20u);  // one step per token, shared
 }
 
+// The token counters a load reading carries: one gap per request per step, each as long as its
+// step; the mean batch is the gaps over the steps; the lone request's gap is the profile's step.
+TEST(SimModel, LoadCountsTokenGapsStepsAndTheLoneGap) {
+  SimParams p;
+  p.chunked_prefill_tokens = 64;
+  Sim pair(p);
+  pair.model.submit(1, chat("a", 20), at_ms(0));
+  pair.model.submit(2, chat("b", 10), at_ms(0));
+  pair.all();
+  const auto& c = pair.model.counters();
+  const LoadSnapshot l = pair.model.load();
+  EXPECT_EQ(l.lone_token_ms, p.decode_step_ms);
+  // Request 1 advanced in 20 steps and request 2 in 10 of them.
+  EXPECT_EQ(l.token_gaps, 30.0);
+  EXPECT_EQ(l.decode_steps, static_cast<double>(c.decode_steps));
+  EXPECT_GE(c.decode_steps, 20u);
+  EXPECT_LE(c.decode_steps, c.steps);
+  // Ten shared steps stretched by the sharing overhead, ten alone: the gaps' mean is between.
+  const double mean_ms = l.token_gap_s * 1000.0 / l.token_gaps;
+  EXPECT_GT(mean_ms, p.decode_step_ms);
+  EXPECT_LT(mean_ms, p.decode_step_ms * 1.2);
+  // Prompts processed beside a decoding request stall it; the first prompt chunks, in a step
+  // with nothing decoding yet, stalled no one.
+  EXPECT_LE(l.prompt_tokens, static_cast<double>(c.prompt_tokens));
+}
+
 // Past the compute-bound batch a step lasts the batch's compute, so throughput stops growing:
 // 40 requests at 2 ms of compute each make 80 ms steps, not 10 ms ones stretched a little.
 TEST(SimModel, ALargeBatchIsComputeBound) {

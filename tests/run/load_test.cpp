@@ -98,5 +98,35 @@ TEST(Load, KvOccupancyIsTheMeanOverTheEnginesThatReportAPool) {
   EXPECT_EQ(pressure_of({silent}, 0, 0, 0).kv, 0);
 }
 
+// The interference fit's reading of one engine: its token counters, its batch and
+// compute-bound batch per decode batch, its KV in use; nothing from an invalid snapshot.
+TEST(Load, TheDecodeReadingOfAnEngine) {
+  auto a = snapshot(12, 64, 0, 1000);
+  a.kv_used = 250;
+  a.batches = 4;
+  a.concurrency = 48;
+  a.token_gaps = 100;
+  a.token_gap_s = 3;
+  a.prompt_tokens = 500;
+  a.decode_steps = 20;
+  a.lone_token_ms = 20;
+  a.prefill_ms_per_token = 0.2;
+  const auto d = decode_reading(a);
+  EXPECT_EQ(d.token_gaps, 100);
+  EXPECT_EQ(d.token_gap_s, 3);
+  EXPECT_EQ(d.prompt_tokens, 500);
+  EXPECT_EQ(d.decode_steps, 20);
+  EXPECT_EQ(d.lone_token_ms, 20);
+  EXPECT_EQ(d.prefill_ms_per_token, 0.2);
+  EXPECT_EQ(d.batch, 3);           // 12 busy over four batches
+  EXPECT_EQ(d.compute_batch, 12);  // 48 over four
+  EXPECT_EQ(d.kv, 0.25);
+  a.concurrency = 0;  // not stated: no knee is assumed
+  EXPECT_EQ(decode_reading(a).compute_batch, 0);
+  a.valid = false;
+  EXPECT_EQ(decode_reading(a).token_gaps, 0);
+  EXPECT_EQ(decode_reading(a).lone_token_ms, 0);
+}
+
 }  // namespace
 }  // namespace dynrt::run
