@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace dynrt::admission {
 
@@ -11,7 +12,21 @@ double clamp01(double x) {
 }
 }  // namespace
 
-Prices PriceCurves::at(const LoadView& v) const {
+double congestion(double u, double places) {
+  u = std::clamp(u, 0.0, 1.0);
+  if (u >= 1) return std::numeric_limits<double>::infinity();
+  const int c = static_cast<int>(std::clamp(std::floor(places), 1.0, 4096.0));
+  // Erlang B by its recursion over the places (stable where the closed form overflows), then
+  // Erlang C from it.
+  const double offered = u * c;
+  double b = 1;
+  for (int k = 1; k <= c; ++k)
+    b = offered * b / (k + offered * b);
+  const double wait = b / (1.0 - u * (1.0 - b));  // the chance an arrival waits
+  return 1.0 + wait / (c * (1.0 - u));
+}
+
+Prices PriceCurves::at(const LoadView& v, double kv_places) const {
   const double rho = clamp01(v.rho);
   const double canonical = rho * p_.decode_slots;  // canonical requests in flight
   const double fills = clamp01(v.fill) * fill_slots_;
@@ -37,7 +52,7 @@ Prices PriceCurves::at(const LoadView& v) const {
              (per_batch * m.per_request +
               std::min(waited, p_.batches) * m.sharing_overhead / fill_slots_) /
              (1.0 - slot_use);
-  out.kv = k * waited * m.kv_marginal(share) / (1.0 - kv_use);
+  out.kv = k * waited * m.kv_marginal(share) * congestion(kv_use, kv_places);
   // The stall: every waited-for request decoding in the batch the prompt joins waits for its
   // prefill, and past the compute-bound batch that forward-pass time is taken from every step
   // after it too, so it steepens with the same slot use as the slot price (without the factor
@@ -48,8 +63,10 @@ Prices PriceCurves::at(const LoadView& v) const {
 }
 
 double PriceCurves::cost(const LoadView& v, const Footprint& f) const {
-  const Prices b = at(v);
   const double kv = f.kv_mean_share >= 0 ? std::min(f.kv_mean_share, f.kv_share) : f.kv_share;
+  // Requests like this one a worker's pool holds at once, on their mean residency.
+  const double worker_share = kv * p_.batches;
+  const Prices b = at(v, worker_share > 0 ? 1.0 / worker_share : 1.0);
   return b.slot * f.slot_ms + b.kv * kv * f.slot_ms + b.prefill * f.prompt_tokens;
 }
 

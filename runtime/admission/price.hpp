@@ -32,14 +32,23 @@
 //     join by their whole prefill time. Unlike the stretch this does not shrink with the batch:
 //     at load, a fill's prompt can cost canonical requests more than its decode. Zero where the
 //     engines do not say what a prompt token costs.
-// All three prices carry a congestion factor 1 / (1 - u) that steepens them near capacity
-// (u: decode-slot utilization, canonical requests and fills, for the slot and prefill prices;
-// the KV in use for the KV price; capped at 0.95). For the prefill price it stands for the
-// compute a prompt takes: past the batch where a worker is compute-bound, its forward passes
-// lengthen every step after it, not only the one it joins. How full the fill budget is does not
-// enter them: that is a shortage of fill slots, not a delay to canonical work, and the controller's
-// reserve price rations it (controller.hpp). Every factor is non-decreasing in every component of
-// V, so the curves are monotone componentwise, which Proposition A.8 needs.
+// All three prices carry a congestion factor that steepens them near capacity: a request's
+// time in the system over its service time at utilization u (capped at 0.95). A worker's
+// compute is one server its batch shares, so the slot and prefill prices take the single
+// server's 1 / (1 - u) (u: decode-slot utilization, canonical requests and fills). For the
+// prefill price it stands for the compute a prompt takes: past the batch where a worker is
+// compute-bound, its forward passes lengthen every step after it, not only the one it joins.
+// A KV pool is not one server but as many places as requests of the fill's size it holds
+// (c = 1 / (worker share)): a request waits only when every place is taken, and the factor
+// is M/M/c's 1 + ErlangC(c, u) / (c (1 - u)) (u: the KV in use), which is 1 / (1 - u) for a
+// pool that holds one such request and stays near 1 for one that holds hundreds until it is
+// nearly full. (With the single server's factor a pool half full doubled the KV price where no
+// request ever waited for KV, and at twice the curve's interference full dynrt refused the
+// fills `static` showed pay: docs/benchmarks.md, "KV congestion as a pool of places".)
+// How full the fill budget is does not enter them: that is a shortage of fill slots, not a
+// delay to canonical work, and the controller's reserve price rations it (controller.hpp).
+// Every factor is non-decreasing in every component of V, so the curves are monotone
+// componentwise, which Proposition A.8 needs.
 //
 // Pure.
 #pragma once
@@ -82,11 +91,18 @@ struct Prices {
   double prefill = 0;  // ms of canonical delay per prompt token
 };
 
+// A request's mean time in an M/M/c system over its service time, at per-place utilization
+// u in [0, 1): 1 + ErlangC(c, u) / (c (1 - u)). Non-decreasing in u; 1 / (1 - u) at c = 1.
+// Places are rounded down, at least 1 and at most 4,096 (beyond that it is 1 below u = 0.95).
+double congestion(double u, double places);
+
 class PriceCurves {
  public:
   explicit PriceCurves(PriceParams params = {}) : p_(params), fill_slots_(params.fill_slots) {}
 
-  Prices at(const LoadView& v) const;
+  // kv_places: how many requests like the priced one a worker's KV pool holds (the KV
+  // congestion factor's c; 1: the single server's 1 / (1 - u)).
+  Prices at(const LoadView& v, double kv_places = 1) const;
   // C_s(V) = beta(V)^T R_s, in ms.
   double cost(const LoadView& v, const Footprint& f) const;
   // ProjectLoad: the view after admitting a fill with footprint f.

@@ -190,6 +190,58 @@ TEST(Prices, SteepenNearCapacity) {
               (1 - half) / (1 - full) * std::pow(full / half, 0.52), 1e-9);
 }
 
+// A KV pool is as many places as requests it holds: a request waits for KV only when every
+// place is taken. Its congestion factor is M/M/c's time in the system over the service time,
+// the single server's 1 / (1 - u) where the pool holds one request, near 1 where it holds
+// hundreds and is not nearly full.
+TEST(Prices, KvCongestionIsAPoolOfPlaces) {
+  for (const double u : {0.0, 0.3, 0.6, 0.95})
+    EXPECT_NEAR(congestion(u, 1), 1 / (1 - u), 1e-12);
+  // Two places: ErlangC = 2u^2 / (1 + u), so 1 + C / (2 (1 - u)) = 1 / (1 - u^2).
+  EXPECT_NEAR(congestion(0.5, 2), 1 / (1 - 0.25), 1e-12);
+  EXPECT_NEAR(congestion(0.9, 2.7), 1 / (1 - 0.81), 1e-12);  // places round down
+  EXPECT_LT(congestion(0.6, 200), 1 + 1e-9);
+  EXPECT_GT(congestion(0.95, 200), 1);
+  EXPECT_LT(congestion(0.95, 200), 1.1);
+  EXPECT_EQ(congestion(0, 4096), 1);
+  EXPECT_EQ(congestion(0.5, 1e9), congestion(0.5, 4096));  // at most 4,096 places
+  EXPECT_EQ(congestion(0.5, 0), congestion(0.5, 1));       // at least one
+  EXPECT_TRUE(std::isinf(congestion(1, 8)));
+
+  // A fill of 0.5% of one worker's pool: 200 like it fit. On a pool the engines report 60%
+  // full its KV is priced at the curve's slope there, barely steepened; at(v) alone is the
+  // single server's price.
+  const PriceCurves curves;
+  LoadView busy{0, 0, 0.5};
+  busy.engine_kv = 0.6;
+  const Footprint f{2000, 0.005};
+  const double slope = 32 * 12.3 * 1.52 * std::pow(0.6, 0.52);
+  EXPECT_NEAR(curves.at(busy).kv, slope / (1 - 0.6), 1e-9);
+  EXPECT_NEAR(curves.at(busy, 200).kv, slope, 1e-6);
+  EXPECT_NEAR(curves.cost(busy, f), curves.at(busy).slot * 2000 + slope * 0.005 * 2000, 1e-3);
+  // Over four batches each worker holds a quarter of the pool: the same fill is 2% of its
+  // worker's, 50 places.
+  PriceCurves four;
+  four.set_prefill(0, 4);
+  EXPECT_NEAR(four.cost(busy, f), four.at(busy).slot * 2000 + four.at(busy, 50).kv * 0.005 * 2000,
+              1e-9);
+  // A fill as large as the whole pool of its worker has one place.
+  const Footprint whole{2000, 1.0};
+  EXPECT_NEAR(curves.cost(busy, whole), curves.at(busy).slot * 2000 + curves.at(busy).kv * 2000,
+              1e-6);
+}
+
+RC_GTEST_PROP(Prices, KvCongestionIsMonotoneInUse, ()) {
+  const double places = *rc::gen::inRange(1, 5000);
+  const double u = *rc::gen::inRange(0, 990) / 1000.0;
+  const double more = std::min(0.99, u + *rc::gen::inRange(0, 100) / 1000.0);
+  const double a = congestion(u, places), b = congestion(more, places);
+  RC_ASSERT(a >= 1);
+  RC_ASSERT(std::isfinite(b));
+  RC_ASSERT(b >= a - 1e-12);
+  RC_ASSERT(a <= congestion(u, 1) + 1e-9);  // more places never wait longer
+}
+
 // Fills count as slot use like any request, and the slot price steepens as they fill the
 // slots. How full the fill budget is does not raise it further: that is a shortage of fill
 // slots, not a delay to canonical work (the controller's reserve price rations the budget).
