@@ -20,7 +20,7 @@ double congestion(double u, double places) {
   // Erlang C from it.
   const double offered = u * c;
   double b = 1;
-  for (int k = 1; k <= c; ++k)
+  for (int k = 1; k <= c && b > 0; ++k)  // once it underflows to 0 it stays 0
     b = offered * b / (k + offered * b);
   const double wait = b / (1.0 - u * (1.0 - b));  // the chance an arrival waits
   return 1.0 + wait / (c * (1.0 - u));
