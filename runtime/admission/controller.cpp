@@ -72,6 +72,12 @@ void Controller::learn_usability(ClassState& c, bool usable) {
   c.usability.beta = 1 + m * (c.usability.beta - 1) + (usable ? 0 : 1);
 }
 
+double Controller::calibration(const ClassState& c) const {
+  if (config_.calibration_memory <= 0) return 1;
+  const double w = std::max(config_.calibration_prior, 1e-9);
+  return std::min(1.0, (c.calibration_used + w) / (c.calibration_p + w));
+}
+
 Controller::Branch* Controller::find(BranchId branch) {
   const auto it = branches_.find(branch);
   return it == branches_.end() ? nullptr : &it->second;
@@ -183,9 +189,16 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
   ClassState& c = state(b->coordinate);
   std::vector<PricedCandidate> priced;
   priced.reserve(candidates.size());
+  const bool priced_fills =
+      config_.policy == AdmissionPolicy::priced || config_.policy == AdmissionPolicy::priced_fills;
+  // The fixed policies weigh nothing by p; it is reported uncalibrated.
+  const double kappa = priced_fills ? calibration(c) : 1.0;
+  std::vector<double> raw_p;  // before calibration
+  raw_p.reserve(candidates.size());
   for (const Candidate& cand : candidates) {
-    // p = selection upper quantile x usability posterior mean.
-    const double p = c.selection.upper(cand.rank) * c.usability.mean();
+    // p = selection upper quantile x usability posterior mean x the class's calibration.
+    raw_p.push_back(c.selection.upper(cand.rank) * c.usability.mean());
+    const double p = raw_p.back() * kappa;
     priced.push_back(PricedCandidate{p, cand.gain_ms, cand.footprint});
     out.p.push_back(p);
     b->predicted_ranks.push_back(cand.rank);
@@ -203,8 +216,6 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
   budget.kv_share =
       std::max(0.0, std::min(config_.prices.kv_budget - kv_reserved_, kv_cap - account.kv_share));
   std::vector<ReservationId> made(candidates.size(), 0);
-  const bool priced_fills =
-      config_.policy == AdmissionPolicy::priced || config_.policy == AdmissionPolicy::priced_fills;
   // Utility per ms of slot time, at the view the decision started from.
   const auto density = [&](std::size_t i) {
     const double ms = std::max(1.0, priced[i].footprint.slot_ms);
@@ -318,6 +329,9 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
     ++b->admitted;
     stats_.admitted_p += r.p;
     stats_.fill_audits += s.audit ? 1 : 0;
+    // Counted once its fate is known, at the estimate before calibration (the factor is what
+    // multiplies it).
+    if (config_.calibration_memory > 0) b->calibrated.push_back({r.rank, raw_p[s.index]});
   }
   stats_.fills_admitted += steps.size();
   stats_.reserve_refused +=
@@ -415,13 +429,39 @@ void Controller::resolve(BranchId branch, std::optional<std::size_t> selected_ra
   c.selection.next_branch();
   for (const std::size_t rank : b->predicted_ranks)
     c.selection.refresh(rank);
+  // The fills of candidates not selected are now known to go unused; the selected one's is
+  // counted when its demand judges it (consumed or missed), or never, if the library answered
+  // its demand (its result may have been the fill's own, promoted by another run).
+  std::erase_if(b->calibrated, [&](const Branch::Calibrated& f) {
+    if (selected_rank && f.rank == *selected_rank) return false;
+    count_use(c, f, false);
+    return true;
+  });
+}
+
+std::optional<Controller::Branch::Calibrated> Controller::take_calibrated(Branch& b,
+                                                                          std::size_t rank) {
+  const auto it = std::find_if(b.calibrated.begin(), b.calibrated.end(),
+                               [&](const Branch::Calibrated& f) { return f.rank == rank; });
+  if (it == b.calibrated.end()) return std::nullopt;
+  const Branch::Calibrated fill = *it;
+  b.calibrated.erase(it);
+  return fill;
+}
+
+void Controller::count_use(ClassState& c, const Branch::Calibrated& fill, bool used) const {
+  const double m = config_.calibration_memory;
+  c.calibration_p = m * c.calibration_p + fill.p;
+  c.calibration_used = m * c.calibration_used + (used ? 1 : 0);
 }
 
 void Controller::consumed(BranchId branch, std::size_t rank, double saved_ms, double wait_ms) {
   Branch* b = find(branch);
   if (!b) return;
-  learn_usability(state(b->coordinate), true);
+  ClassState& c = state(b->coordinate);
+  learn_usability(c, true);
   if (b->consumed == 0) ++stats_.fills_used;  // a report repeated is one use
+  if (const auto fill = take_calibrated(*b, rank)) count_use(c, *fill, true);
   ++b->consumed;
   // Eq. 4: the latency a consumed fill saved, and its price back (see the header).
   revise(branch, latency_saved(saved_ms, wait_ms) + give_back(*b, rank));
@@ -431,10 +471,12 @@ void Controller::credit(BranchId branch, double saved_ms, double wait_ms) {
   revise(branch, latency_saved(saved_ms, wait_ms));
 }
 
-void Controller::missed(BranchId branch, std::size_t /*rank*/, double wait_ms) {
+void Controller::missed(BranchId branch, std::size_t rank, double wait_ms) {
   Branch* b = find(branch);
   if (!b) return;
-  learn_usability(state(b->coordinate), false);
+  ClassState& c = state(b->coordinate);
+  learn_usability(c, false);
+  if (const auto fill = take_calibrated(*b, rank)) count_use(c, *fill, false);
   revise(branch, -wait_ms);  // Eq. 4: an expired wait
 }
 
@@ -446,8 +488,11 @@ int Controller::fills_in_flight(std::string_view tenant) const {
 void Controller::refund(ReservationId reservation) {
   const auto it = reservations_.find(reservation);
   if (it == reservations_.end()) return;
-  if (Branch* b = find(it->second.branch))
-    revise(it->second.branch, give_back(*b, it->second.rank));
+  Branch* b = find(it->second.branch);
+  if (!b) return;
+  // It did no engine work: neither used nor wasted, the calibration leaves it out.
+  (void)take_calibrated(*b, it->second.rank);
+  revise(it->second.branch, give_back(*b, it->second.rank));
 }
 
 double Controller::give_back(Branch& b, std::size_t rank) {

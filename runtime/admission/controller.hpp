@@ -86,6 +86,18 @@ struct AdmissionConfig {
   // model (ClassModel) and in its usability posterior. 1 forgets nothing.
   double evidence_memory = 0.9;
   double consumption_memory = 0.1;  // weight of the newest branch in the consumption EWMA
+  // Calibration of p (priced Action 1 only): per class, the p of the fills admitted below 1
+  // whose fate is known, against how many of them were used, each sum discounted by this
+  // much per fill (0.99: about the last hundred). A candidate is priced at
+  //     p x min(1, (used + calibration_prior) / (sum of those fills' p + calibration_prior)),
+  // so that a class whose fills are used less often than their p said (the selection's upper
+  // quantile, and the winner's curse of admitting the candidates it overrates most) is priced
+  // at the share it really gets. A fill's fate is known when its branch resolves (a candidate
+  // not selected: unused) or its demand judges it (used or missed); one whose demand the
+  // library answered, or that found its whole chain there, is left out. Never raised: a p
+  // below the share used only admits too little. calibration_memory 0 turns it off.
+  double calibration_memory = 0.99;
+  double calibration_prior = 2;  // pseudo-fills used at their p: the factor starts at 1
   // The fill budget's reserve price (priced Action 1 only): once more than half the budget is
   // in use, a candidate must be worth, per ms of slot time, more than (2 o_fill - 1)^2 times
   // the typical best candidate of a branch (an EWMA with this weight per branch). The last
@@ -285,14 +297,17 @@ class Controller {
     ClassModel model;
     RankSelection selection;
     BetaPosterior usability;
-    double consumption = 0.5;  // EWMA of consumed / admitted fills
-    int pending = 0;           // opened, not yet settled
-    int refused = 0;           // decisions closed in a row
+    double consumption = 0.5;     // EWMA of consumed / admitted fills
+    double calibration_p = 0;     // discounted sum of the p of fills whose fate is known ...
+    double calibration_used = 0;  // ... and how many of them were used
+    int pending = 0;              // opened, not yet settled
+    int refused = 0;              // decisions closed in a row
   };
   // Allocator-aware, so that a branch's lists come from the controller's pool (memory_).
   struct Branch {
     using allocator_type = std::pmr::polymorphic_allocator<>;
-    explicit Branch(const allocator_type& a) : predicted_ranks(a), reservations(a), charged(a) {}
+    explicit Branch(const allocator_type& a)
+        : predicted_ranks(a), reservations(a), charged(a), calibrated(a) {}
     Hash128 coordinate;
     Context x = Context::Zero();
     double y = 0;                   // the full-path return so far (Eq. 4)
@@ -302,6 +317,12 @@ class Controller {
     std::pmr::vector<ReservationId> reservations;
     // What each admitted candidate's fill was charged (rank, ms), until given back.
     std::pmr::vector<std::pair<std::size_t, double>> charged;
+    // The fills admitted at a p below 1, which the class's calibration counts.
+    struct Calibrated {
+      std::size_t rank = 0;
+      double p = 0;  // before calibration
+    };
+    std::pmr::vector<Calibrated> calibrated;
     int admitted = 0;
     int consumed = 0;
     bool resolved = false;
@@ -334,6 +355,12 @@ class Controller {
   double uniform();
   ClassState& state(const Hash128& coordinate);
   static void learn_usability(ClassState& c, bool usable);
+  // The factor the class's p is priced at (AdmissionConfig::calibration_memory), in (0, 1].
+  double calibration(const ClassState& c) const;
+  // The branch's calibrated fill of candidate `rank`, taken out of its list (nullopt if none).
+  static std::optional<Branch::Calibrated> take_calibrated(Branch& b, std::size_t rank);
+  // One calibrated fill whose fate is known: used, or not.
+  void count_use(ClassState& c, const Branch::Calibrated& fill, bool used) const;
   Branch* find(BranchId branch);
   void record_load();
 

@@ -102,6 +102,12 @@ class ControllerTest : public ::testing::Test {
     const double sel = ctl.selection(kClass)->upper(rank);
     return 2 * (1 - sel) / sel * ctl.prices().cost(ctl.view(), f);
   }
+  // The default configuration with the calibration of p at `memory` (0: off).
+  AdmissionConfig calibrating(double memory) {
+    AdmissionConfig c = config();
+    c.calibration_memory = memory;
+    return c;
+  }
   ManualClock clock_;
 };
 
@@ -349,6 +355,108 @@ TEST_F(ControllerTest, StatsAddUpThePOfAdmittedFillsAndTheFillsUsed) {
   ctl.missed(2, 0, 100);  // a miss is not a use
   ctl.settle(2);
   EXPECT_EQ(ctl.stats().fills_used, 1u);
+}
+
+// Branches of a class whose three candidates are all filled and whose selection cycles over
+// them: each fill is used a third of the time, while the selection posterior's upper quantile
+// says more. Returns the mean p of the last branch's admitted fills.
+namespace {
+double cycle_selections(Controller& ctl, int branches) {
+  const std::vector<Candidate> cands = {{0, 30000, Footprint{1500, 0.004}},
+                                        {1, 30000, Footprint{1500, 0.004}},
+                                        {2, 30000, Footprint{1500, 0.004}}};
+  double mean_p = 0;
+  for (int i = 1; i <= branches; ++i) {
+    const BranchId id = static_cast<BranchId>(i);
+    EXPECT_TRUE(ctl.open_branch(id, kClass).open);
+    const FillDecision d = ctl.admit(id, cands, 3);
+    EXPECT_EQ(d.admitted.size(), 3u);
+    mean_p = 0;
+    for (const FillChoice& c : d.admitted)
+      mean_p += c.p / static_cast<double>(d.admitted.size());
+    const std::size_t selected = static_cast<std::size_t>(i % 3);
+    ctl.resolve(id, selected);
+    ctl.consumed(id, selected, 2000);
+    ctl.settle(id);
+  }
+  return mean_p;
+}
+}  // namespace
+
+// The p a class's fills are priced at follows the share of its admitted fills that are used,
+// not the selection's optimistic upper quantile alone; calibration_memory 0 turns that off.
+TEST_F(ControllerTest, PIsPricedAtTheShareOfItsAdmittedFillsThatAreUsed) {
+  ManualClock clock;
+  Controller calibrated(clock_, calibrating(0.99));
+  Controller plain(clock, calibrating(0));
+  calibrated.observe_load(0.1, 0);
+  plain.observe_load(0.1, 0);
+  const double p = cycle_selections(calibrated, 300);
+  const double raw = cycle_selections(plain, 300);
+  EXPECT_GT(raw, 0.36) << "the upper quantile overrates a third";
+  EXPECT_NEAR(p, 1.0 / 3, 0.03);
+  EXPECT_LT(p, raw);
+  // Both saw the same selections: the posteriors are the same, only the factor differs.
+  EXPECT_EQ(calibrated.selection(kClass)->posterior(0).alpha,
+            plain.selection(kClass)->posterior(0).alpha);
+}
+
+// A class whose fills are used at least as often as their p said is priced at p as it is:
+// the factor is never above 1.
+TEST_F(ControllerTest, CalibrationNeverRaisesP) {
+  ManualClock clock;
+  Controller calibrated(clock_, calibrating(0.99));
+  Controller plain(clock, calibrating(0));
+  const std::vector<Candidate> cands = {{0, 30000, Footprint{1500, 0.004}},
+                                        {1, 30000, Footprint{1500, 0.004}}};
+  for (Controller* ctl : {&calibrated, &plain}) {
+    ctl->observe_load(0.1, 0);
+    for (BranchId id = 1; id <= 50; ++id) {
+      ASSERT_TRUE(ctl->open_branch(id, kClass).open);
+      const FillDecision d = ctl->admit(id, cands, 1);  // one fill: rank 0, always selected
+      ASSERT_EQ(d.admitted.size(), 1u);
+      ctl->resolve(id, std::size_t{0});
+      ctl->consumed(id, 0, 2000);
+      ctl->settle(id);
+    }
+  }
+  ASSERT_TRUE(calibrated.open_branch(100, kClass).open);
+  ASSERT_TRUE(plain.open_branch(100, kClass).open);
+  const FillDecision a = calibrated.admit(100, cands, 1);
+  const FillDecision b = plain.admit(100, cands, 1);
+  EXPECT_EQ(a.p, b.p);
+  EXPECT_GT(a.p[0], 0.9);
+}
+
+// A fill's fate is counted only when it is known: a selected fill whose demand the library
+// answered (never judged) and a fill that found its whole chain in the library (refunded)
+// leave the calibration alone, while the fill of a candidate not selected counts as unused.
+TEST_F(ControllerTest, TheCalibrationCountsOnlyFillsWhoseFateIsKnown) {
+  const std::vector<Candidate> cands = {{0, 30000, Footprint{1500, 0.004}},
+                                        {1, 30000, Footprint{1500, 0.004}}};
+  // kind 0: selected, never judged; 1: refunded, then not selected; 2: not selected.
+  const auto p_after = [&](int kind, double memory) {
+    ManualClock clock;
+    AdmissionConfig c = calibrating(memory);
+    c.policy = AdmissionPolicy::priced_fills;  // Action 0 open whatever the returns
+    Controller ctl(clock, c);
+    ctl.observe_load(0.1, 0);
+    for (BranchId id = 1; id <= 40; ++id) {
+      EXPECT_TRUE(ctl.open_branch(id, kClass).open);
+      const FillDecision d = ctl.admit(id, cands, 1);
+      EXPECT_EQ(d.admitted.size(), 1u);
+      if (d.admitted.empty()) return -1.0;
+      const std::size_t rank = cands[d.admitted[0].candidate].rank;
+      if (kind == 1) ctl.refund(d.admitted[0].reservation);
+      ctl.resolve(id, kind == 0 ? rank : 1 - rank);
+      ctl.settle(id);
+    }
+    EXPECT_TRUE(ctl.open_branch(100, kClass).open);
+    return ctl.admit(100, cands, 1).p[0];
+  };
+  EXPECT_EQ(p_after(0, 0.99), p_after(0, 0));
+  EXPECT_EQ(p_after(1, 0.99), p_after(1, 0));
+  EXPECT_LT(p_after(2, 0.99), 0.9 * p_after(2, 0)) << "unselected fills are unused";
 }
 
 // Resolve on emission: the emitted winner Action 1 left out is admitted at p = 1, past the
