@@ -11,8 +11,10 @@
 //                    atomic reservations and seeded audits
 //   charge_setup     the predictor's time, charged whether or not it produced anything, and a
 //                    drafter's engine time at its price (what its samples cost canonical work)
-//   resolve          selection statistics for every predicted candidate
-//   consumed/missed  usability for admitted, selected fills; savings and waits
+//   resolve          selection statistics for every predicted candidate; the fills of the
+//                    candidates not selected count as unused in the class's calibration of p
+//   consumed/missed  usability (and calibration) for admitted, selected fills; savings and
+//                    waits
 //   release          a fill finished or was cancelled: its reservation returns (once; a second
 //                    release of the same id does nothing)
 //   settle           the branch's return y becomes one observation of its class; every
