@@ -22,6 +22,11 @@
 
 namespace dynrt {
 
+// Figure 5b's largest measured slowdown (+145.6%: 24 fills holding 24% of the KV pool). The fit
+// is not extrapolated beyond its data: the simulated engine caps its truth there, and the
+// price curves charge no KV slope past it.
+constexpr double kFigure5bMaxStretch = 1.456;
+
 struct InterferenceModel {
   double sharing_overhead = 0.045;  // o: once any other request shares the batch
   double per_request = 0.00025;     // a: per other co-resident request

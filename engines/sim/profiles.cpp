@@ -6,10 +6,6 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-// Figure 5b's largest measured slowdown (+145%, 24 fills holding 24% of the KV pool): the fit is
-// not extrapolated beyond its data.
-constexpr double kFigure5bMaxStretch = 1.456;
-
 struct Gpu {
   double memory_bytes;
   double bandwidth;            // bytes per second

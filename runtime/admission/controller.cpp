@@ -78,6 +78,23 @@ double Controller::calibration(const ClassState& c) const {
   return std::min(1.0, (c.calibration_used + w) / (c.calibration_p + w));
 }
 
+void Controller::learn_head_start(Branch& b, ClassState& c, double wait_ms) {
+  if (config_.head_start_memory <= 0 || std::exchange(b.head_start_seen, true)) return;
+  const double since_open =
+      std::chrono::duration<double, std::milli>(clock_.now() - b.opened).count();
+  const double head = std::max(0.0, since_open - std::max(wait_ms, 0.0));
+  c.head_start_ms = c.head_start_ms < 0
+                        ? head
+                        : c.head_start_ms + config_.head_start_memory * (head - c.head_start_ms);
+}
+
+double Controller::priced_gain(const Branch& b, const ClassState& c, double gain_ms) const {
+  if (config_.head_start_memory <= 0 || c.head_start_ms < 0) return gain_ms;
+  const double since_open =
+      std::chrono::duration<double, std::milli>(clock_.now() - b.opened).count();
+  return std::min(gain_ms, std::max(0.0, c.head_start_ms - since_open));
+}
+
 Controller::Branch* Controller::find(BranchId branch) {
   const auto it = branches_.find(branch);
   return it == branches_.end() ? nullptr : &it->second;
@@ -99,6 +116,7 @@ void Controller::observe_load(double rho, double backlog, double engine_kv) {
   rho_ = std::clamp(rho, 0.0, 1.0);
   backlog_ = std::max(backlog, 0.0);
   engine_kv_ = std::clamp(engine_kv, 0.0, 1.0);
+  curves_.set_engine_load(rho_, engine_kv_);
   record_load();
 }
 
@@ -169,6 +187,7 @@ GenerationDecision Controller::open_branch(BranchId branch, const Hash128& coord
   Branch& b = branches_.try_emplace(branch).first->second;
   b.coordinate = coordinate;
   b.x = d.x;
+  b.opened = now;
   b.audit = d.reason == GateReason::audit;
   ++c.pending;
   ++stats_.branches_opened;
@@ -199,7 +218,8 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
     // p = selection upper quantile x usability posterior mean x the class's calibration.
     raw_p.push_back(c.selection.upper(cand.rank) * c.usability.mean());
     const double p = raw_p.back() * kappa;
-    priced.push_back(PricedCandidate{p, cand.gain_ms, cand.footprint});
+    const double gain = priced_fills ? priced_gain(*b, c, cand.gain_ms) : cand.gain_ms;
+    priced.push_back(PricedCandidate{p, gain, cand.footprint});
     out.p.push_back(p);
     b->predicted_ranks.push_back(cand.rank);
   }
@@ -460,6 +480,7 @@ void Controller::consumed(BranchId branch, std::size_t rank, double saved_ms, do
   if (!b) return;
   ClassState& c = state(b->coordinate);
   learn_usability(c, true);
+  learn_head_start(*b, c, wait_ms);
   if (b->consumed == 0) ++stats_.fills_used;  // a report repeated is one use
   if (const auto fill = take_calibrated(*b, rank)) count_use(c, *fill, true);
   ++b->consumed;
@@ -476,6 +497,7 @@ void Controller::missed(BranchId branch, std::size_t rank, double wait_ms) {
   if (!b) return;
   ClassState& c = state(b->coordinate);
   learn_usability(c, false);
+  learn_head_start(*b, c, wait_ms);
   if (const auto fill = take_calibrated(*b, rank)) count_use(c, *fill, false);
   revise(branch, -wait_ms);  // Eq. 4: an expired wait
 }

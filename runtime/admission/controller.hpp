@@ -100,6 +100,13 @@ struct AdmissionConfig {
   // below the share used only admits too little. calibration_memory 0 turns it off.
   double calibration_memory = 0.99;
   double calibration_prior = 2;  // pseudo-fills used at their p: the factor starts at 1
+  // The gain a fill is priced at (priced Action 1 only): at most the head start it can have
+  // over its demand. A fill hides at most the time from its start to the demand for its
+  // result (the paper's Lemma A.6: the smaller of the window and the execution), so a
+  // candidate's G is capped at the class's mean head start (from a branch's opening to its
+  // selected candidate's demand, less the demand's wait for the fill), less the time since
+  // this branch opened. The mean weighs the newest branch by this much; 0 turns the cap off.
+  double head_start_memory = 0.1;
   // The fill budget's reserve price (priced Action 1 only): once more than half the budget is
   // in use, a candidate must be worth, per ms of slot time, more than (2 o_fill - 1)^2 times
   // the typical best candidate of a branch (an EWMA with this weight per branch). The last
@@ -302,6 +309,7 @@ class Controller {
     double consumption = 0.5;     // EWMA of consumed / admitted fills
     double calibration_p = 0;     // discounted sum of the p of fills whose fate is known ...
     double calibration_used = 0;  // ... and how many of them were used
+    double head_start_ms = -1;    // mean head start of a fill over its demand (-1: none yet)
     int pending = 0;              // opened, not yet settled
     int refused = 0;              // decisions closed in a row
   };
@@ -312,6 +320,8 @@ class Controller {
         : predicted_ranks(a), reservations(a), charged(a), calibrated(a) {}
     Hash128 coordinate;
     Context x = Context::Zero();
+    TimePoint opened{};             // when the generation gate opened it
+    bool head_start_seen = false;   // its selected candidate's demand has been judged
     double y = 0;                   // the full-path return so far (Eq. 4)
     std::uint64_t observation = 0;  // its index in the class model, once settled
     bool audit = false;             // opened by an audit: Action 1 probes
@@ -363,6 +373,11 @@ class Controller {
   static std::optional<Branch::Calibrated> take_calibrated(Branch& b, std::size_t rank);
   // One calibrated fill whose fate is known: used, or not.
   void count_use(ClassState& c, const Branch::Calibrated& fill, bool used) const;
+  // The demand for the branch's selected candidate came `wait_ms` before now: the head start
+  // a fill started at the branch's opening had over it (AdmissionConfig::head_start_memory).
+  void learn_head_start(Branch& b, ClassState& c, double wait_ms);
+  // G as the candidate is priced: at most the head start left to a fill starting now.
+  double priced_gain(const Branch& b, const ClassState& c, double gain_ms) const;
   Branch* find(BranchId branch);
   void record_load();
 

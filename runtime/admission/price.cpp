@@ -53,6 +53,7 @@ Prices PriceCurves::at(const LoadView& v, double kv_places) const {
               std::min(waited, p_.batches) * m.sharing_overhead / fill_slots_) /
              (1.0 - slot_use);
   out.kv = k * waited * m.kv_marginal(share) * congestion(kv_use, kv_places);
+  if (past_measured_stretch()) out.kv = 0;
   // The stall: every waited-for request decoding in the batch the prompt joins waits for its
   // prefill, and past the compute-bound batch that forward-pass time is taken from every step
   // after it too, so it steepens with the same slot use as the slot price (without the factor
@@ -68,6 +69,12 @@ double PriceCurves::cost(const LoadView& v, const Footprint& f) const {
   const double worker_share = kv * p_.batches;
   const Prices b = at(v, worker_share > 0 ? 1.0 / worker_share : 1.0);
   return b.slot * f.slot_ms + b.kv * kv * f.slot_ms + b.prefill * f.prompt_tokens;
+}
+
+bool PriceCurves::past_measured_stretch() const {
+  if (p_.max_stretch <= 0) return false;
+  const double per_batch = engine_rho_ * p_.decode_slots / p_.batches;
+  return p_.interference.stretch(per_batch, engine_kv_) >= p_.max_stretch;
 }
 
 LoadView PriceCurves::project(const LoadView& v, const Footprint& f) const {

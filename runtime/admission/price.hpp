@@ -71,12 +71,15 @@ struct Footprint {
 };
 
 struct PriceParams {
-  double decode_slots = 64;         // concurrent decode slots of the engine
-  double fill_slots = 16;           // the fill budget: fills in flight at o_fill = 1 ...
-  double fill_slot_share = 0.25;    // ... or this share of the decode slots, if more
-  double kv_budget = 0.25;          // the fill KV budget, as a share of the pool, at o_KV = 1
-  InterferenceModel interference;   // Fig. 5b
-  double kv_floor = 0.03;           // smallest KV share Fig. 5b measured
+  double decode_slots = 64;        // concurrent decode slots of the engine
+  double fill_slots = 16;          // the fill budget: fills in flight at o_fill = 1 ...
+  double fill_slot_share = 0.25;   // ... or this share of the decode slots, if more
+  double kv_budget = 0.25;         // the fill KV budget, as a share of the pool, at o_KV = 1
+  InterferenceModel interference;  // Fig. 5b
+  double kv_floor = 0.03;          // smallest KV share Fig. 5b measured
+  // Largest stretch Fig. 5b measured: where the engines' load alone stretches a batch that far,
+  // the KV price is 0 (set_engine_load; the fit is not extrapolated. 0: it is).
+  double max_stretch = kFigure5bMaxStretch;
   double max_utilization = 0.95;    // caps the congestion factor at 20
   double prefill_ms_per_token = 0;  // a decode step's added time per prompt token (0: unknown)
   double batches = 1;               // independent decode batches the slots are spread over
@@ -127,12 +130,27 @@ class PriceCurves {
   void set_interference_scale(double scale) {
     p_.interference_scale = scale > 0 && std::isfinite(scale) ? scale : 1;
   }
+  // The engines' latest reading: canonical pressure and the share of their KV pools in use.
+  // Where that load alone stretches a batch past the largest stretch Figure 5b measured
+  // (PriceParams::max_stretch), the curve has no data and the engines' truth is taken to stay
+  // there (the simulated engine caps it): one more token of KV adds no stretch, and the KV
+  // price is 0. Extrapolated, its slope kept growing with the pool in use (13.0 per share at
+  // half a pool, where the measured range ends at 8.9), and on the tight profile at 0.85-0.95
+  // of saturation full dynrt refused likely fills that paid. Only readings move this, never a
+  // projected admission, so within one decision the prices stay monotone (Proposition A.8).
+  void set_engine_load(double rho, double engine_kv) {
+    engine_rho_ = std::clamp(rho, 0.0, 1.0);
+    engine_kv_ = std::clamp(engine_kv, 0.0, 1.0);
+  }
+  bool past_measured_stretch() const;
   // The fill budget in effect: fills in flight at o_fill = 1.
   double fill_slots() const { return fill_slots_; }
 
  private:
   PriceParams p_;
   double fill_slots_;
+  double engine_rho_ = 0;  // the latest reading (set_engine_load)
+  double engine_kv_ = 0;
 };
 
 }  // namespace dynrt::admission

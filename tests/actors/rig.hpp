@@ -68,6 +68,10 @@ struct Rig {
     cfg.private_fills = o.private_fills;
     cfg.emission = o.emission;
     cfg.time = time;
+    // The graph's clock stands still unless a test moves it, so every demand comes the instant
+    // its branch opened: no fill could have a head start, and Ĝ capped at it would refuse
+    // every fill after a class's first judged demand. The cap has tests of its own.
+    cfg.admission.head_start_memory = 0;
     if (o.configure) o.configure(cfg);
     auto rt = Runtime::create(cfg);
     EXPECT_TRUE(rt.ok()) << (rt.ok() ? "" : rt.error().message);

@@ -93,6 +93,9 @@ class ControllerTest : public ::testing::Test {
     c.generation_audit = gen_audit;
     c.fill_audit = fill_audit;
     c.seed = 42;
+    // The tests' clock stands still unless they move it, so a demand would come the instant its
+    // branch opened and no fill could have a head start: the cap has tests of its own.
+    c.head_start_memory = 0;
     return c;
   }
   // Twice the gain at which a fill of kClass's candidate `rank` with footprint `f` breaks even
@@ -426,6 +429,99 @@ TEST_F(ControllerTest, CalibrationNeverRaisesP) {
   const FillDecision b = plain.admit(100, cands, 1);
   EXPECT_EQ(a.p, b.p);
   EXPECT_GT(a.p[0], 0.9);
+}
+
+namespace {
+// Branches of kClass whose selected candidate (rank 0, always) is demanded `head` after the
+// branch opened and finds its fill done; the clock moves by `head` for each.
+void demand_after(Controller& ctl, ManualClock& clock, BranchId first, int branches,
+                  Duration head) {
+  const std::vector<Candidate> cands = {{0, 30000, Footprint{1500, 0.004}}};
+  for (BranchId id = first; id < first + static_cast<BranchId>(branches); ++id) {
+    ASSERT_TRUE(ctl.open_branch(id, kClass).open);
+    ASSERT_EQ(ctl.admit(id, cands, 1).admitted.size(), 1u);
+    clock.advance(head);
+    ctl.resolve(id, std::size_t{0});
+    ctl.consumed(id, 0, 30000, /*wait_ms=*/0);
+    ctl.settle(id);
+  }
+}
+}  // namespace
+
+// A fill hides at most the head start it has over its demand (Lemma A.6): a candidate's G is
+// priced at the class's mean head start, less the time its branch has already been open.
+// head_start_memory 0 prices the whole execution.
+TEST_F(ControllerTest, AFillsGainIsPricedAtMostAtTheHeadStartItCanHave) {
+  ManualClock plain_clock;
+  AdmissionConfig capping = config();
+  capping.head_start_memory = 0.1;
+  Controller capped(clock_, capping);
+  Controller plain(plain_clock, config());
+  for (Controller* ctl : {&capped, &plain})
+    ctl->observe_load(0.2, 0);
+  demand_after(capped, clock_, 1, 20, std::chrono::seconds(1));
+  demand_after(plain, plain_clock, 1, 20, std::chrono::seconds(1));
+  const std::vector<Candidate> cands = {{0, 30000, Footprint{1500, 0.004}}};
+  for (Controller* ctl : {&capped, &plain})
+    ASSERT_TRUE(ctl->open_branch(100, kClass).open);
+  // 400 ms after the branch opened: 600 ms of head start is left.
+  clock_.advance(std::chrono::milliseconds(400));
+  plain_clock.advance(std::chrono::milliseconds(400));
+  const FillDecision a = capped.admit(100, cands, 1);
+  const FillDecision b = plain.admit(100, cands, 1);
+  ASSERT_EQ(a.admitted.size(), 1u);
+  ASSERT_EQ(b.admitted.size(), 1u);
+  const FillChoice& x = a.admitted[0];
+  const FillChoice& y = b.admitted[0];
+  EXPECT_EQ(x.p, y.p);
+  EXPECT_NEAR(x.cost_ms, y.cost_ms, 1e-9);
+  EXPECT_NEAR(x.utility, x.p * 600 - (1 - x.p) * x.cost_ms, 1e-6);
+  EXPECT_NEAR(y.utility, y.p * 30000 - (1 - y.p) * y.cost_ms, 1e-6);
+}
+
+// The head start is learned from the demand's arrival, not from when the fill was judged: a
+// demand that waited for its fill had the time since the branch opened less that wait. Once
+// the head start is spent the candidate is worth nothing and is refused, where the whole
+// execution would have paid.
+TEST_F(ControllerTest, ACandidateWhoseHeadStartIsSpentIsRefused) {
+  AdmissionConfig capping = config();
+  capping.head_start_memory = 1;  // the latest branch's head start alone
+  Controller ctl(clock_, capping);
+  ctl.observe_load(0.2, 0);
+  demand_after(ctl, clock_, 1, 5, std::chrono::seconds(1));
+  // A branch whose demand came 200 ms after it opened and waited 800 ms for the fill.
+  const std::vector<Candidate> cands = {{0, 30000, Footprint{1500, 0.004}}};
+  ASSERT_TRUE(ctl.open_branch(10, kClass).open);
+  ASSERT_EQ(ctl.admit(10, cands, 1).admitted.size(), 1u);
+  clock_.advance(std::chrono::seconds(1));
+  ctl.resolve(10, std::size_t{0});
+  ctl.consumed(10, 0, 30000, /*wait_ms=*/800);
+  ctl.settle(10);
+  ASSERT_TRUE(ctl.open_branch(11, kClass).open);
+  clock_.advance(std::chrono::milliseconds(150));
+  const FillDecision d = ctl.admit(11, cands, 1);
+  ASSERT_EQ(d.admitted.size(), 1u);
+  EXPECT_NEAR(d.admitted[0].utility, d.p[0] * 50 - (1 - d.p[0]) * d.admitted[0].cost_ms, 1e-6);
+  ctl.settle(11);
+  ASSERT_TRUE(ctl.open_branch(12, kClass).open);
+  clock_.advance(std::chrono::milliseconds(300));
+  const FillDecision spent = ctl.admit(12, cands, 1);
+  EXPECT_TRUE(spent.admitted.empty());
+  EXPECT_EQ(spent.refused[0], Refusal::utility);
+}
+
+// The prices learn from each engine reading whether the engines' own load is already past the
+// largest stretch Figure 5b measured (their KV then adds no stretch and is free).
+TEST_F(ControllerTest, EngineReadingsTellThePricesWhetherTheirLoadIsPastTheMeasuredStretch) {
+  Controller ctl(clock_, config());
+  ctl.observe_load(0.5, 0, 0.1);
+  EXPECT_FALSE(ctl.prices().past_measured_stretch());
+  const Footprint f{2000, 0.01};
+  const double priced = ctl.prices().cost(ctl.view(), f);
+  ctl.observe_load(0.5, 0, 0.3);
+  EXPECT_TRUE(ctl.prices().past_measured_stretch());
+  EXPECT_LT(ctl.prices().cost(ctl.view(), f), priced);
+  EXPECT_EQ(ctl.prices().at(ctl.view()).kv, 0);
 }
 
 // A fill's fate is counted only when it is known: a selected fill whose demand the library

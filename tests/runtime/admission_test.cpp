@@ -28,6 +28,14 @@ LoadView rho(double r) {
   return LoadView{0, 0, r};
 }
 
+// The curves with the Figure 5b fit extrapolated past its largest measured stretch: the tests
+// of the KV slope's shape at pools fuller than the figure measured use them.
+PriceCurves extrapolated() {
+  PriceParams p;
+  p.max_stretch = 0;
+  return PriceCurves(p);
+}
+
 // -- Eq. 3: the causal envelope -------------------------------------------------------------
 
 TEST(Envelope, RisingLoadCountsAtOnce) {
@@ -179,7 +187,7 @@ TEST(Prices, TheFillBudgetGrowsWithTheEnginesSlots) {
 }
 
 TEST(Prices, SteepenNearCapacity) {
-  const PriceCurves curves;
+  const PriceCurves curves = extrapolated();  // 24.75% of the pool is past the figure
   const double low = curves.at(LoadView{0, 0, 0.2}).slot / 0.2;
   const double high = curves.at(LoadView{0, 0, 0.9}).slot / 0.9;
   EXPECT_GT(high, 5 * low);  // per canonical request, the price grows with congestion
@@ -211,7 +219,7 @@ TEST(Prices, KvCongestionIsAPoolOfPlaces) {
   // A fill of 0.5% of one worker's pool: 200 like it fit. On a pool the engines report 60%
   // full its KV is priced at the curve's slope there, barely steepened; at(v) alone is the
   // single server's price.
-  const PriceCurves curves;
+  const PriceCurves curves = extrapolated();  // a pool 60% full is past the figure
   LoadView busy{0, 0, 0.5};
   busy.engine_kv = 0.6;
   const Footprint f{2000, 0.005};
@@ -221,7 +229,7 @@ TEST(Prices, KvCongestionIsAPoolOfPlaces) {
   EXPECT_NEAR(curves.cost(busy, f), curves.at(busy).slot * 2000 + slope * 0.005 * 2000, 1e-3);
   // Over four batches each worker holds a quarter of the pool: the same fill is 2% of its
   // worker's, 50 places.
-  PriceCurves four;
+  PriceCurves four = extrapolated();
   four.set_prefill(0, 4);
   EXPECT_NEAR(four.cost(busy, f), four.at(busy).slot * 2000 + four.at(busy, 50).kv * 0.005 * 2000,
               1e-9);
@@ -292,7 +300,7 @@ TEST(Prices, FillsLikelyToBeConsumedCountAsWorkACallerWaitsFor) {
 // engines report 60% full, a unit of KV is priced at the curve's slope at 60%, not at the
 // fills' own 3% floor, and steepened by the 60% in use; unreported, the fills' share stands.
 TEST(Prices, KvIsPricedAtTheEnginesOccupancy) {
-  const PriceCurves curves;
+  const PriceCurves curves = extrapolated();  // a pool 60% full is past the figure
   LoadView busy{0, 0, 0.5};
   busy.engine_kv = 0.6;
   const double at = 32 * 12.3 * 1.52 * std::pow(0.6, 0.52) / (1 - 0.6);
@@ -345,10 +353,49 @@ TEST(Prices, ProjectionAddsOneFillAndItsKv) {
   EXPECT_EQ(v.rho, 0.4);
 }
 
+// Past the largest stretch Figure 5b measured the fit is not extrapolated: where the load the
+// engines report already stretches a batch that far, a fill's KV adds no stretch and is free
+// (the simulated engine's truth is capped the same way). Below it the price is the curve's.
+TEST(Prices, KvIsFreeWhereTheEnginesLoadIsPastTheLargestMeasuredStretch) {
+  PriceCurves capped;
+  const PriceCurves beyond = extrapolated();
+  LoadView v{0, 0, 0.5};                         // 32 canonical requests
+  v.engine_kv = 0.3;                             // 12.3 x 0.3^1.52 = 1.97: past +145.6%
+  EXPECT_FALSE(capped.past_measured_stretch());  // no reading yet
+  EXPECT_EQ(capped.at(v).kv, beyond.at(v).kv);
+  capped.set_engine_load(0.5, 0.1);  // 0.045 + 32 x 0.00025 + 12.3 x 0.1^1.52 = 0.43
+  EXPECT_FALSE(capped.past_measured_stretch());
+  EXPECT_GT(capped.at(v).kv, 0);
+  EXPECT_EQ(capped.at(v).kv, beyond.at(v).kv);
+  capped.set_engine_load(0.5, 0.3);
+  EXPECT_TRUE(capped.past_measured_stretch());
+  EXPECT_EQ(capped.at(v).kv, 0);
+  EXPECT_GT(beyond.at(v).kv, 0);
+  EXPECT_EQ(capped.at(v).slot, beyond.at(v).slot);  // the slot price is the curve's
+  const Footprint f{2000, 0.005, 300};
+  EXPECT_EQ(capped.cost(v, f), capped.at(v).slot * 2000);
+  EXPECT_LT(capped.cost(v, f), beyond.cost(v, f));
+  // Canonical requests alone can take a batch there too: 32 per batch stretch it by 5.3%,
+  // 5,800 by 149.5%.
+  PriceParams big;
+  big.decode_slots = 6000;
+  PriceCurves many(big);
+  many.set_engine_load(5800.0 / 6000, 0);
+  EXPECT_TRUE(many.past_measured_stretch());
+  PriceCurves off = extrapolated();
+  off.set_engine_load(0.5, 0.3);
+  EXPECT_FALSE(off.past_measured_stretch());
+}
+
+// Proposition A.8: the prices are monotone in every component of the view an admission
+// projects, with the fit extrapolated and, where it is not, whatever the engines' reading (the
+// reading, not the projection, decides whether the KV past the figure is free).
 RC_GTEST_PROP(Prices, AreMonotoneComponentwise, ()) {
-  PriceCurves curves;
+  const bool capped = *rc::gen::arbitrary<bool>();
+  PriceCurves curves = capped ? PriceCurves() : extrapolated();
   curves.set_prefill(*rc::gen::inRange(0, 1000) / 1000.0, *rc::gen::inRange(1, 9));
   const auto unit = [] { return *rc::gen::inRange(0, 1001) / 1000.0; };
+  if (capped) curves.set_engine_load(unit(), unit());
   LoadView a{unit(), unit(), unit(), unit()};
   a.demanded = unit() * 16;  // up to the whole default fill budget
   LoadView b = a;
@@ -362,6 +409,10 @@ RC_GTEST_PROP(Prices, AreMonotoneComponentwise, ()) {
   RC_ASSERT(pb.slot >= pa.slot - 1e-12);
   RC_ASSERT(pb.kv >= pa.kv - 1e-12);
   RC_ASSERT(pb.prefill >= pa.prefill - 1e-12);
+  if (capped) {
+    const double expected = curves.past_measured_stretch() ? 0.0 : extrapolated().at(b).kv;
+    RC_ASSERT(pb.kv == expected);
+  }
 }
 
 // -- Eq. 6 and 7 --------------------------------------------------------------------------------
