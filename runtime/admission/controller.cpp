@@ -78,11 +78,13 @@ double Controller::calibration(const ClassState& c) const {
   return std::min(1.0, (c.calibration_used + w) / (c.calibration_p + w));
 }
 
+double Controller::ms_open(const Branch& b) const {
+  return std::chrono::duration<double, std::milli>(clock_.now() - b.opened).count();
+}
+
 void Controller::learn_head_start(Branch& b, ClassState& c, double wait_ms) {
   if (config_.head_start_memory <= 0 || std::exchange(b.head_start_seen, true)) return;
-  const double since_open =
-      std::chrono::duration<double, std::milli>(clock_.now() - b.opened).count();
-  const double head = std::max(0.0, since_open - std::max(wait_ms, 0.0));
+  const double head = std::max(0.0, ms_open(b) - std::max(wait_ms, 0.0));
   c.head_start_ms = c.head_start_ms < 0
                         ? head
                         : c.head_start_ms + config_.head_start_memory * (head - c.head_start_ms);
@@ -90,9 +92,7 @@ void Controller::learn_head_start(Branch& b, ClassState& c, double wait_ms) {
 
 double Controller::priced_gain(const Branch& b, const ClassState& c, double gain_ms) const {
   if (config_.head_start_memory <= 0 || c.head_start_ms < 0) return gain_ms;
-  const double since_open =
-      std::chrono::duration<double, std::milli>(clock_.now() - b.opened).count();
-  return std::min(gain_ms, std::max(0.0, c.head_start_ms - since_open));
+  return std::min(gain_ms, std::max(0.0, c.head_start_ms - ms_open(b)));
 }
 
 Controller::Branch* Controller::find(BranchId branch) {

@@ -376,6 +376,8 @@ class Controller {
   // The demand for the branch's selected candidate came `wait_ms` before now: the head start
   // a fill started at the branch's opening had over it (AdmissionConfig::head_start_memory).
   void learn_head_start(Branch& b, ClassState& c, double wait_ms);
+  // How long ago the generation gate opened the branch, in ms.
+  double ms_open(const Branch& b) const;
   // G as the candidate is priced: at most the head start left to a fill starting now.
   double priced_gain(const Branch& b, const ClassState& c, double gain_ms) const;
   Branch* find(BranchId branch);

@@ -28,8 +28,9 @@ LoadView rho(double r) {
   return LoadView{0, 0, r};
 }
 
-// The curves with the Figure 5b fit extrapolated past its largest measured stretch: the tests
-// of the KV slope's shape at pools fuller than the figure measured use them.
+// The curves with the Figure 5b fit extrapolated past its largest measured stretch whatever the
+// engines read (max_stretch 0): what the capped curves are compared with. Curves that have
+// had no reading (set_engine_load) price as these do.
 PriceCurves extrapolated() {
   PriceParams p;
   p.max_stretch = 0;
@@ -187,7 +188,7 @@ TEST(Prices, TheFillBudgetGrowsWithTheEnginesSlots) {
 }
 
 TEST(Prices, SteepenNearCapacity) {
-  const PriceCurves curves = extrapolated();  // 24.75% of the pool is past the figure
+  const PriceCurves curves;
   const double low = curves.at(LoadView{0, 0, 0.2}).slot / 0.2;
   const double high = curves.at(LoadView{0, 0, 0.9}).slot / 0.9;
   EXPECT_GT(high, 5 * low);  // per canonical request, the price grows with congestion
@@ -219,7 +220,7 @@ TEST(Prices, KvCongestionIsAPoolOfPlaces) {
   // A fill of 0.5% of one worker's pool: 200 like it fit. On a pool the engines report 60%
   // full its KV is priced at the curve's slope there, barely steepened; at(v) alone is the
   // single server's price.
-  const PriceCurves curves = extrapolated();  // a pool 60% full is past the figure
+  const PriceCurves curves;
   LoadView busy{0, 0, 0.5};
   busy.engine_kv = 0.6;
   const Footprint f{2000, 0.005};
@@ -229,7 +230,7 @@ TEST(Prices, KvCongestionIsAPoolOfPlaces) {
   EXPECT_NEAR(curves.cost(busy, f), curves.at(busy).slot * 2000 + slope * 0.005 * 2000, 1e-3);
   // Over four batches each worker holds a quarter of the pool: the same fill is 2% of its
   // worker's, 50 places.
-  PriceCurves four = extrapolated();
+  PriceCurves four;
   four.set_prefill(0, 4);
   EXPECT_NEAR(four.cost(busy, f), four.at(busy).slot * 2000 + four.at(busy, 50).kv * 0.005 * 2000,
               1e-9);
@@ -300,7 +301,7 @@ TEST(Prices, FillsLikelyToBeConsumedCountAsWorkACallerWaitsFor) {
 // engines report 60% full, a unit of KV is priced at the curve's slope at 60%, not at the
 // fills' own 3% floor, and steepened by the 60% in use; unreported, the fills' share stands.
 TEST(Prices, KvIsPricedAtTheEnginesOccupancy) {
-  const PriceCurves curves = extrapolated();  // a pool 60% full is past the figure
+  const PriceCurves curves;
   LoadView busy{0, 0, 0.5};
   busy.engine_kv = 0.6;
   const double at = 32 * 12.3 * 1.52 * std::pow(0.6, 0.52) / (1 - 0.6);
