@@ -54,8 +54,9 @@ std::optional<SimTime> SimEngine::next_event_locked() const {
 std::size_t SimEngine::pick_worker(const EngineRequest& request) const {
   if (models_.size() == 1) return 0;
   const bool fill = request.priority > 0;
+  const SimTime now = sim_now_locked();
   auto key = [&](std::size_t i) {
-    const LoadSnapshot l = models_[i].load();
+    const LoadSnapshot l = worker_load_locked(i, now);
     const double busy = static_cast<double>(l.slots_busy + l.queued) /
                         static_cast<double>(std::max(1, l.slots_total));
     const double kv = l.kv_total > 0 ? l.kv_used / l.kv_total : 0;
@@ -106,13 +107,23 @@ bool SimEngine::promote(RequestHandle handle, int priority) {
   return true;
 }
 
+// A request submitted on the real clock, between two collections of the workers' events, waits
+// to arrive at its worker's lagging clock; to everyone asking it is queued.
+LoadSnapshot SimEngine::worker_load_locked(std::size_t i, SimTime now) const {
+  const SimModel& m = models_.at(i);
+  LoadSnapshot s = m.load();
+  s.queued += static_cast<int>(m.arrived_by(now));
+  return s;
+}
+
 LoadSnapshot SimEngine::load() const {
   std::lock_guard lock(mutex_);
   LoadSnapshot s;
   PrefillStall prefill;
   TokenPace pace;
-  for (const SimModel& m : models_) {
-    const LoadSnapshot w = m.load();
+  const SimTime now = sim_now_locked();
+  for (std::size_t i = 0; i < models_.size(); ++i) {
+    const LoadSnapshot w = worker_load_locked(i, now);
     prefill.add(w);
     pace.add(w);
     s.slots_busy += w.slots_busy;
@@ -126,14 +137,16 @@ LoadSnapshot SimEngine::load() const {
   s.prefill_ms_per_token = prefill.ms_per_token();
   pace.into(s);
   s.valid = true;
-  s.at = TimePoint{} + sim_now_locked();
+  s.at = TimePoint{} + now;
   return s;
 }
 
 LoadSnapshot SimEngine::worker_load(int worker) const {
   std::lock_guard lock(mutex_);
-  LoadSnapshot s = models_.at(static_cast<std::size_t>(worker)).load();
-  s.at = TimePoint{} + sim_now_locked();
+  const SimTime now = sim_now_locked();
+  const auto i = static_cast<std::size_t>(worker);
+  LoadSnapshot s = worker_load_locked(i, now);
+  s.at = TimePoint{} + now;
   return s;
 }
 

@@ -73,6 +73,8 @@ class SimEngine final : public Engine {
   SimTime sim_now_locked() const;
   std::optional<SimTime> next_event_locked() const;
   std::size_t pick_worker(const EngineRequest& request) const;
+  // Worker `i`'s load at the engine's time `now`, counting what waits to arrive there as queued.
+  LoadSnapshot worker_load_locked(std::size_t i, SimTime now) const;
   using Ready = std::vector<std::pair<std::shared_ptr<ResponseSink>, SimEvent>>;
   // Advances the workers to `now` and takes the sinks to call, in time order.
   void collect_locked(SimTime now, std::vector<SimEvent>& events, Ready& ready);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <utility>
 
 namespace dynrt::engines::sim {
@@ -372,6 +373,10 @@ void SimModel::account(SimTime to) {
       static_cast<double>(kv_reserved_) * std::chrono::duration<double>(span).count();
   if (!queue_.empty() && slot_free() && !kv_room(requests_.at(queue_.begin()->second)))
     counters_.kv_wait += span;
+}
+
+std::size_t SimModel::arrived_by(SimTime t) const {
+  return static_cast<std::size_t>(std::distance(arrivals_.begin(), arrivals_.upper_bound(t)));
 }
 
 LoadSnapshot SimModel::load() const {

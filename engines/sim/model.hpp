@@ -126,6 +126,9 @@ class SimModel {
   void advance(SimTime until, std::vector<SimEvent>& events);
 
   LoadSnapshot load() const;
+  // Requests submitted ahead of this worker's clock that arrive by `t`. The engine counts them
+  // as queued at its own time, which the worker's clock lags until its events are collected.
+  std::size_t arrived_by(SimTime t) const;
   const SimCounters& counters() const { return counters_; }
   const SimParams& params() const { return params_; }
   SimTime now() const { return now_; }

@@ -744,22 +744,31 @@ TEST(SimEngine, PendingRequestsAreErroredWhenTheEngineStops) {
   EXPECT_EQ(std::get<EngineError>(v).kind, ErrorKind::internal);
 }
 
+// An engine of several workers, with what each has running or queued.
+struct Workers {
+  explicit Workers(SimEngineOptions o) : engine({}, {}, o) {}
+  int in_flight(int w) const {
+    const LoadSnapshot l = engine.worker_load(w);
+    return l.slots_busy + l.queued;
+  }
+  RequestHandle submit(EngineRequest r) {
+    sinks.push_back(std::make_shared<Collect>());
+    return engine.submit(std::move(r), sinks.back());
+  }
+  SimEngine engine;
+  std::vector<std::shared_ptr<Collect>> sinks;
+};
+
 // Several workers behind one engine: canonical requests spread to the least-loaded worker, and
 // a fill goes to a worker with no canonical request while there is one.
 TEST(SimEngine, WorkersTakeRequestsLeastLoadedFirstAndFillsWhereNoCanonicalOneRunsOnATie) {
   SimEngineOptions o;
   o.stepped = true;  // nothing moves, not even admission: the picks do not race a thread
   o.workers = 3;
-  SimEngine engine({}, {}, o);
-  auto in_flight = [&](int w) {
-    const LoadSnapshot l = engine.worker_load(w);
-    return l.slots_busy + l.queued;
-  };
-  std::vector<std::shared_ptr<Collect>> sinks;
-  auto submit = [&](EngineRequest r) {
-    sinks.push_back(std::make_shared<Collect>());
-    return engine.submit(std::move(r), sinks.back());
-  };
+  Workers workers(o);
+  SimEngine& engine = workers.engine;
+  auto in_flight = [&](int w) { return workers.in_flight(w); };
+  auto submit = [&](EngineRequest r) { return workers.submit(std::move(r)); };
   submit(chat("c1", 50));
   submit(chat("c2", 50));
   EXPECT_EQ(in_flight(0), 1);
@@ -779,6 +788,30 @@ TEST(SimEngine, WorkersTakeRequestsLeastLoadedFirstAndFillsWhereNoCanonicalOneRu
   EXPECT_EQ(total.slots_total, 3 * 64);
   EXPECT_EQ(total.kv_total, 3 * 600000.0);
   EXPECT_EQ(total.slots_busy + total.queued, 5);
+}
+
+// On the real clock a worker's own clock moves only when its thread collects its events, so a
+// request submitted between two collections waits to arrive there; it is load all the same. Else
+// a branch's fills (or a run's parallel calls), submitted together, all go to one worker.
+TEST(SimEngine, RequestsSubmittedBetweenTheEnginesStepsCountAsLoadForTheNextPick) {
+  SimEngineOptions o;
+  o.time_scale = 1e6;  // a simulated second takes 1,000 real seconds: nothing here finishes
+  o.workers = 3;
+  Workers workers(o);
+  SimEngine& engine = workers.engine;
+  auto in_flight = [&](int w) { return workers.in_flight(w); };
+  auto submit = [&](EngineRequest r) { return workers.submit(std::move(r)); };
+  submit(chat("f1", 50, false, RequestKind::fill, 1));
+  submit(chat("f2", 50, false, RequestKind::fill, 1));
+  submit(chat("f3", 50, false, RequestKind::fill, 1));
+  EXPECT_EQ(in_flight(0), 1);
+  EXPECT_EQ(in_flight(1), 1);
+  EXPECT_EQ(in_flight(2), 1);
+  submit(chat("c1", 50));
+  submit(chat("c2", 50));
+  EXPECT_EQ(engine.load().slots_busy + engine.load().queued, 5);
+  for (int w = 0; w < 3; ++w)
+    EXPECT_LE(in_flight(w), 2) << "worker " << w;
 }
 
 TEST(SimProfiles, DeriveTheirPoolsAndRefuseUnknownNames) {
