@@ -72,10 +72,13 @@ void Controller::learn_usability(ClassState& c, bool usable) {
   c.usability.beta = 1 + m * (c.usability.beta - 1) + (usable ? 0 : 1);
 }
 
-double Controller::calibration(const ClassState& c) const {
+double Controller::calibration(const ClassState& c, std::size_t rank) const {
   if (config_.calibration_memory <= 0) return 1;
+  rank = std::min(rank, kCalibratedRanks - 1);
+  if (rank >= c.calibration.size()) return 1;  // no fill of this rank judged yet
   const double w = std::max(config_.calibration_prior, 1e-9);
-  return std::min(1.0, (c.calibration_used + w) / (c.calibration_p + w));
+  const ClassState::Calibration& k = c.calibration[rank];
+  return std::min(1.0, (k.used + w) / (k.p + w));
 }
 
 double Controller::ms_open(const Branch& b) const {
@@ -210,14 +213,13 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
   priced.reserve(candidates.size());
   const bool priced_fills =
       config_.policy == AdmissionPolicy::priced || config_.policy == AdmissionPolicy::priced_fills;
-  // The fixed policies weigh nothing by p; it is reported uncalibrated.
-  const double kappa = priced_fills ? calibration(c) : 1.0;
   std::vector<double> raw_p;  // before calibration
   raw_p.reserve(candidates.size());
   for (const Candidate& cand : candidates) {
     // p = selection upper quantile x usability posterior mean x the class's calibration.
     raw_p.push_back(c.selection.upper(cand.rank) * c.usability.mean());
-    const double p = raw_p.back() * kappa;
+    // The fixed policies weigh nothing by p; it is reported uncalibrated.
+    const double p = raw_p.back() * (priced_fills ? calibration(c, cand.rank) : 1.0);
     const double gain = priced_fills ? priced_gain(*b, c, cand.gain_ms) : cand.gain_ms;
     priced.push_back(PricedCandidate{p, gain, cand.footprint});
     out.p.push_back(p);
@@ -471,8 +473,11 @@ std::optional<Controller::Branch::Calibrated> Controller::take_calibrated(Branch
 
 void Controller::count_use(ClassState& c, const Branch::Calibrated& fill, bool used) const {
   const double m = config_.calibration_memory;
-  c.calibration_p = m * c.calibration_p + fill.p;
-  c.calibration_used = m * c.calibration_used + (used ? 1 : 0);
+  const std::size_t rank = std::min(fill.rank, kCalibratedRanks - 1);
+  if (rank >= c.calibration.size()) c.calibration.resize(rank + 1);
+  ClassState::Calibration& k = c.calibration[rank];
+  k.p = m * k.p + fill.p;
+  k.used = m * k.used + (used ? 1 : 0);
 }
 
 void Controller::consumed(BranchId branch, std::size_t rank, double saved_ms, double wait_ms) {

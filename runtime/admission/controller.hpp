@@ -88,16 +88,19 @@ struct AdmissionConfig {
   // model (ClassModel) and in its usability posterior. 1 forgets nothing.
   double evidence_memory = 0.9;
   double consumption_memory = 0.1;  // weight of the newest branch in the consumption EWMA
-  // Calibration of p (priced Action 1 only): per class, the p of the fills admitted below 1
-  // whose fate is known, against how many of them were used, each sum discounted by this
-  // much per fill (0.99: about the last hundred). A candidate is priced at
+  // Calibration of p (priced Action 1 only): per class and predicted rank, the p of the fills
+  // admitted below 1 whose fate is known, against how many of them were used, each sum
+  // discounted by this much per fill of that rank (0.99: about the last hundred). A candidate
+  // is priced at
   //     p x min(1, (used + calibration_prior) / (sum of those fills' p + calibration_prior)),
-  // so that a class whose fills are used less often than their p said (the selection's upper
+  // so that a rank whose fills are used less often than their p said (the selection's upper
   // quantile, and the winner's curse of admitting the candidates it overrates most) is priced
-  // at the share it really gets. A fill's fate is known when its branch resolves (a candidate
-  // not selected: unused) or its demand judges it (used or missed); one whose demand the
-  // library answered, or that found its whole chain there, is left out. Never raised: a p
-  // below the share used only admits too little. calibration_memory 0 turns it off.
+  // at the share it really gets. Per rank, as the selection posterior is: a class whose top
+  // candidate is nearly always picked overrates its unlikely ones, not its top one. A fill's fate
+  // is known when its branch resolves (a candidate not selected: unused) or its demand judges it
+  // (used or missed); one whose demand the library answered, or that found its whole chain there,
+  // is left out. Never raised: a p below the share used only admits too little. calibration_memory
+  // 0 turns it off.
   double calibration_memory = 0.99;
   double calibration_prior = 2;  // pseudo-fills used at their p: the factor starts at 1
   // The gain a fill is priced at (priced Action 1 only): at most the head start it can have
@@ -306,12 +309,17 @@ class Controller {
     ClassModel model;
     RankSelection selection;
     BetaPosterior usability;
-    double consumption = 0.5;     // EWMA of consumed / admitted fills
-    double calibration_p = 0;     // discounted sum of the p of fills whose fate is known ...
-    double calibration_used = 0;  // ... and how many of them were used
-    double head_start_ms = -1;    // mean head start of a fill over its demand (-1: none yet)
-    int pending = 0;              // opened, not yet settled
-    int refused = 0;              // decisions closed in a row
+    double consumption = 0.5;  // EWMA of consumed / admitted fills
+    // Per predicted rank: the discounted sum of the p of fills whose fate is known, and how
+    // many of them were used (ranks past kCalibratedRanks share the last entry).
+    struct Calibration {
+      double p = 0;
+      double used = 0;
+    };
+    std::vector<Calibration> calibration;
+    double head_start_ms = -1;  // mean head start of a fill over its demand (-1: none yet)
+    int pending = 0;            // opened, not yet settled
+    int refused = 0;            // decisions closed in a row
   };
   // Allocator-aware, so that a branch's lists come from the controller's pool (memory_).
   struct Branch {
@@ -367,8 +375,10 @@ class Controller {
   double uniform();
   ClassState& state(const Hash128& coordinate);
   static void learn_usability(ClassState& c, bool usable);
-  // The factor the class's p is priced at (AdmissionConfig::calibration_memory), in (0, 1].
-  double calibration(const ClassState& c) const;
+  // The factor the p of the class's rank-`rank` candidate is priced at
+  // (AdmissionConfig::calibration_memory), in (0, 1].
+  double calibration(const ClassState& c, std::size_t rank) const;
+  static constexpr std::size_t kCalibratedRanks = 16;
   // The branch's calibrated fill of candidate `rank`, taken out of its list (nullopt if none).
   static std::optional<Branch::Calibrated> take_calibrated(Branch& b, std::size_t rank);
   // One calibrated fill whose fate is known: used, or not.

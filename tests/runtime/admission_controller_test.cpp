@@ -111,6 +111,28 @@ class ControllerTest : public ::testing::Test {
     c.calibration_memory = memory;
     return c;
   }
+  // The fill decision on two candidates of kClass after `branches` branches at light load, each
+  // admitting `fills` of them and selecting rank 0, whose fill is consumed: calibrated, then
+  // with calibration off.
+  std::pair<FillDecision, FillDecision> after_selecting_the_first(int fills, int branches) {
+    const std::vector<Candidate> cands = {{0, 30000, Footprint{1500, 0.004}},
+                                          {1, 30000, Footprint{1500, 0.004}}};
+    ManualClock clock;
+    Controller calibrated(clock_, calibrating(0.99));
+    Controller plain(clock, calibrating(0));
+    for (Controller* ctl : {&calibrated, &plain}) {
+      ctl->observe_load(0.1, 0);
+      for (BranchId id = 1; id <= static_cast<BranchId>(branches); ++id) {
+        EXPECT_TRUE(ctl->open_branch(id, kClass).open);
+        EXPECT_EQ(ctl->admit(id, cands, fills).admitted.size(), static_cast<std::size_t>(fills));
+        ctl->resolve(id, std::size_t{0});
+        ctl->consumed(id, 0, 2000);
+        ctl->settle(id);
+      }
+      EXPECT_TRUE(ctl->open_branch(1000, kClass).open);
+    }
+    return {calibrated.admit(1000, cands, fills), plain.admit(1000, cands, fills)};
+  }
   ManualClock clock_;
 };
 
@@ -407,28 +429,20 @@ TEST_F(ControllerTest, PIsPricedAtTheShareOfItsAdmittedFillsThatAreUsed) {
 // A class whose fills are used at least as often as their p said is priced at p as it is:
 // the factor is never above 1.
 TEST_F(ControllerTest, CalibrationNeverRaisesP) {
-  ManualClock clock;
-  Controller calibrated(clock_, calibrating(0.99));
-  Controller plain(clock, calibrating(0));
-  const std::vector<Candidate> cands = {{0, 30000, Footprint{1500, 0.004}},
-                                        {1, 30000, Footprint{1500, 0.004}}};
-  for (Controller* ctl : {&calibrated, &plain}) {
-    ctl->observe_load(0.1, 0);
-    for (BranchId id = 1; id <= 50; ++id) {
-      ASSERT_TRUE(ctl->open_branch(id, kClass).open);
-      const FillDecision d = ctl->admit(id, cands, 1);  // one fill: rank 0, always selected
-      ASSERT_EQ(d.admitted.size(), 1u);
-      ctl->resolve(id, std::size_t{0});
-      ctl->consumed(id, 0, 2000);
-      ctl->settle(id);
-    }
-  }
-  ASSERT_TRUE(calibrated.open_branch(100, kClass).open);
-  ASSERT_TRUE(plain.open_branch(100, kClass).open);
-  const FillDecision a = calibrated.admit(100, cands, 1);
-  const FillDecision b = plain.admit(100, cands, 1);
+  const auto [a, b] = after_selecting_the_first(/*fills=*/1, 50);  // rank 0, always selected
   EXPECT_EQ(a.p, b.p);
   EXPECT_GT(a.p[0], 0.9);
+}
+
+// The calibration is per predicted rank, as the selection posterior is: where the top
+// candidate is always picked and the second never, the second's p is priced down and the
+// top one's is left alone (one factor per class would have priced both down).
+TEST_F(ControllerTest, AnOverratedRankIsPricedDownWithoutTheOthers) {
+  const auto [a, b] = after_selecting_the_first(/*fills=*/2, 60);
+  ASSERT_EQ(a.p.size(), 2u);
+  EXPECT_EQ(a.p[0], b.p[0]) << "the top rank's fills are used as often as its p says";
+  EXPECT_GT(b.p[1], 0) << "the upper quantile still gives the second rank a chance";
+  EXPECT_LT(a.p[1], 0.5 * b.p[1]) << "none of the second rank's fills were used";
 }
 
 namespace {
