@@ -216,7 +216,7 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
   std::vector<double> raw_p;  // before calibration
   raw_p.reserve(candidates.size());
   for (const Candidate& cand : candidates) {
-    // p = selection upper quantile x usability posterior mean x the class's calibration.
+    // p = selection upper quantile x usability posterior mean x its rank's calibration.
     raw_p.push_back(c.selection.upper(cand.rank) * c.usability.mean());
     // The fixed policies weigh nothing by p; it is reported uncalibrated.
     const double p = raw_p.back() * (priced_fills ? calibration(c, cand.rank) : 1.0);

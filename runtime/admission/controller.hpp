@@ -12,7 +12,7 @@
 //   charge_setup     the predictor's time, charged whether or not it produced anything, and a
 //                    drafter's engine time at its price (what its samples cost canonical work)
 //   resolve          selection statistics for every predicted candidate; the fills of the
-//                    candidates not selected count as unused in the class's calibration of p
+//                    candidates not selected count as unused in their rank's calibration of p
 //   consumed/missed  usability (and calibration) for admitted, selected fills; savings and
 //                    waits
 //   release          a fill finished or was cancelled: its reservation returns (once; a second
@@ -337,7 +337,7 @@ class Controller {
     std::pmr::vector<ReservationId> reservations;
     // What each admitted candidate's fill was charged (rank, ms), until given back.
     std::pmr::vector<std::pair<std::size_t, double>> charged;
-    // The fills admitted at a p below 1, which the class's calibration counts.
+    // The fills admitted at a p below 1, which their rank's calibration counts.
     struct Calibrated {
       std::size_t rank = 0;
       double p = 0;  // before calibration
