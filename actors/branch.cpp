@@ -200,7 +200,8 @@ void ask_gate(Self self, std::function<void()> on_open) {
   const auto& svc = *st0.init->services;
   ++svc.counters->branches_opened;
   *st0.asked_gate = true;
-  self->request(svc.pricing, infinite, gate_atom::value, st0.branch->id(), st0.branch->coordinate())
+  self->request(svc.pricing, infinite, gate_atom::value, st0.branch->id(), st0.branch->coordinate(),
+                st0.branch->exclusive())
       .then(
           [=](GateReply& gate) {
             auto& st = self->state;

@@ -724,9 +724,9 @@ behavior pricing_actor(stateful_actor<PricingState>* self, PricingConfig config)
   st.board = std::move(config.board);
   st.publish();
   return {
-      [=](gate_atom, std::uint64_t branch, const Hash128& coordinate) -> GateReply {
+      [=](gate_atom, std::uint64_t branch, const Hash128& coordinate, bool exclusive) -> GateReply {
         self->state.observe();
-        const auto d = self->state.controller->open_branch(branch, coordinate);
+        const auto d = self->state.controller->open_branch(branch, coordinate, exclusive);
         self->state.publish();
         return GateReply{d.open, d.reason};
       },

@@ -98,6 +98,21 @@ double Controller::priced_gain(const Branch& b, const ClassState& c, double gain
   return std::min(gain_ms, std::max(0.0, c.head_start_ms - ms_open(b)));
 }
 
+// A loser of an exclusive branch is cancelled when the branch resolves, which is before its
+// winner's demand comes: the head start left bounds how long it runs. A fill that is not
+// consumed is a loser (1 - sel, the selection's upper quantile: optimistic, so this errs
+// towards the whole run) or a selected fill its demand did not use (sel - p), which runs to
+// its end.
+double Controller::unused_share(const Branch& b, const ClassState& c, std::size_t rank, double p,
+                                double slot_ms) const {
+  if (!b.exclusive || config_.head_start_memory <= 0 || c.head_start_ms < 0 || slot_ms <= 0 ||
+      p >= 1)
+    return 1;
+  const double left = std::clamp((c.head_start_ms - ms_open(b)) / slot_ms, 0.0, 1.0);
+  const double sel = std::clamp(c.selection.upper(rank), p, 1.0);
+  return ((1 - sel) * left + (sel - p)) / (1 - p);
+}
+
 Controller::Branch* Controller::find(BranchId branch) {
   const auto it = branches_.find(branch);
   return it == branches_.end() ? nullptr : &it->second;
@@ -137,7 +152,8 @@ LoadView Controller::view() const {
 
 // -- Action 0 -----------------------------------------------------------------------------------
 
-GenerationDecision Controller::open_branch(BranchId branch, const Hash128& coordinate) {
+GenerationDecision Controller::open_branch(BranchId branch, const Hash128& coordinate,
+                                           bool exclusive) {
   ClassState& c = state(coordinate);
   const TimePoint now = clock_.now();
   GenerationDecision d;
@@ -192,6 +208,7 @@ GenerationDecision Controller::open_branch(BranchId branch, const Hash128& coord
   b.x = d.x;
   b.opened = now;
   b.audit = d.reason == GateReason::audit;
+  b.exclusive = exclusive;
   ++c.pending;
   ++stats_.branches_opened;
   return d;
@@ -221,7 +238,9 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
     // The fixed policies weigh nothing by p; it is reported uncalibrated.
     const double p = raw_p.back() * (priced_fills ? calibration(c, cand.rank) : 1.0);
     const double gain = priced_fills ? priced_gain(*b, c, cand.gain_ms) : cand.gain_ms;
-    priced.push_back(PricedCandidate{p, gain, cand.footprint});
+    Footprint footprint = cand.footprint;
+    if (priced_fills) footprint.unused_share = unused_share(*b, c, cand.rank, p, footprint.slot_ms);
+    priced.push_back(PricedCandidate{p, gain, footprint});
     out.p.push_back(p);
     b->predicted_ranks.push_back(cand.rank);
   }
@@ -278,6 +297,8 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
   const auto could_pay = [&](std::size_t i) {
     PricedCandidate sure = priced[i];
     sure.p = c.selection.upper(candidates[i].rank);
+    sure.footprint.unused_share =
+        unused_share(*b, c, candidates[i].rank, sure.p, sure.footprint.slot_ms);
     return utility(sure, out.view, curves_) > 0;
   };
   hooks.audit = [&](std::size_t i) {

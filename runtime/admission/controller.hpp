@@ -241,7 +241,11 @@ class Controller {
   const InterferenceFit& interference_fit() const { return fit_; }
 
   // -- a branch ------------------------------------------------------------------------------
-  GenerationDecision open_branch(BranchId branch, const Hash128& coordinate);
+  // `exclusive`: the branch cancels its losers' fills when it resolves, so a fill that is not
+  // consumed is priced only until then (Footprint::unused_share); an independent branch's
+  // candidates run to the end whichever is picked.
+  GenerationDecision open_branch(BranchId branch, const Hash128& coordinate,
+                                 bool exclusive = false);
   // Action 1 for a branch open_branch() opened; max_fills is the template's per-branch limit.
   FillDecision admit(BranchId branch, std::span<const Candidate> candidates, int max_fills,
                      TenantShare tenant = {});
@@ -333,6 +337,7 @@ class Controller {
     double y = 0;                   // the full-path return so far (Eq. 4)
     std::uint64_t observation = 0;  // its index in the class model, once settled
     bool audit = false;             // opened by an audit: Action 1 probes
+    bool exclusive = false;         // its losers are cancelled when it resolves
     std::pmr::vector<std::size_t> predicted_ranks;
     std::pmr::vector<ReservationId> reservations;
     // What each admitted candidate's fill was charged (rank, ms), until given back.
@@ -390,6 +395,10 @@ class Controller {
   double ms_open(const Branch& b) const;
   // G as the candidate is priced: at most the head start left to a fill starting now.
   double priced_gain(const Branch& b, const ClassState& c, double gain_ms) const;
+  // Footprint::unused_share of a fill of candidate `rank`, admitted now at probability p of
+  // being consumed, that would hold a slot for slot_ms.
+  double unused_share(const Branch& b, const ClassState& c, std::size_t rank, double p,
+                      double slot_ms) const;
   Branch* find(BranchId branch);
   void record_load();
 

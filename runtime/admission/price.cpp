@@ -68,7 +68,8 @@ double PriceCurves::cost(const LoadView& v, const Footprint& f) const {
   // Requests like this one a worker's pool holds at once, on their mean residency.
   const double worker_share = kv * p_.batches;
   const Prices b = at(v, worker_share > 0 ? 1.0 / worker_share : 1.0);
-  return b.slot * f.slot_ms + b.kv * kv * f.slot_ms + b.prefill * f.prompt_tokens;
+  const double held_ms = f.slot_ms * std::clamp(f.unused_share, 0.0, 1.0);
+  return b.slot * held_ms + b.kv * kv * held_ms + b.prefill * f.prompt_tokens;
 }
 
 bool PriceCurves::past_measured_stretch() const {

@@ -68,6 +68,10 @@ struct Footprint {
   // Its mean share of the KV pool over slot_ms (a request's KV grows from its prompt to its
   // prompt and completion as it decodes); negative: unknown, the peak is used.
   double kv_mean_share = -1;
+  // The share of slot_ms it holds its slot and KV for when it is not consumed, in (0, 1]: an
+  // exclusive branch cancels its losers when it resolves (Controller::admit). Its prompts are
+  // charged whole: the first is prefilled at the start.
+  double unused_share = 1;
 };
 
 struct PriceParams {
@@ -106,7 +110,8 @@ class PriceCurves {
   // kv_places: how many requests like the priced one a worker's KV pool holds (the KV
   // congestion factor's c; 1: the single server's 1 / (1 - u)).
   Prices at(const LoadView& v, double kv_places = 1) const;
-  // C_s(V) = beta(V)^T R_s, in ms.
+  // C_s(V) = beta(V)^T R_s, in ms: the delay a fill with footprint f imposes if it is not
+  // consumed (slot and KV over f.unused_share of its slot time).
   double cost(const LoadView& v, const Footprint& f) const;
   // ProjectLoad: the view after admitting a fill with footprint f.
   LoadView project(const LoadView& v, const Footprint& f) const;

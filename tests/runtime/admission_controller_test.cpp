@@ -493,6 +493,58 @@ TEST_F(ControllerTest, AFillsGainIsPricedAtMostAtTheHeadStartItCanHave) {
   EXPECT_NEAR(y.utility, y.p * 30000 - (1 - y.p) * y.cost_ms, 1e-6);
 }
 
+// An exclusive branch cancels its losers when it resolves, before its winner's demand comes, so
+// a fill that is not consumed runs at most for the head start left: a loser's slot and KV are
+// priced for that long. A selected fill its demand does not use runs to its end. An
+// independent branch's candidates all run to their end, and so does every fill before a head
+// start is known.
+TEST_F(ControllerTest, AnExclusiveBranchsLoserIsPricedUntilItsBranchResolves) {
+  AdmissionConfig capping = config();
+  capping.head_start_memory = 1;
+  Controller ctl(clock_, capping);
+  ctl.observe_load(0.3, 0);
+  Footprint f{1500, 0.004};
+  f.prompt_tokens = 200;
+  const std::vector<Candidate> cands = {{0, 30000, f}, {1, 30000, f}};
+  const auto cost_at = [&](const LoadView& v, double unused_share) {
+    Footprint g = f;
+    g.unused_share = unused_share;
+    return ctl.prices().cost(v, g);
+  };
+  // No head start known yet: priced whole.
+  ASSERT_TRUE(ctl.open_branch(1, kClass, /*exclusive=*/true).open);
+  const FillDecision cold = ctl.admit(1, cands, 2);
+  ASSERT_EQ(cold.admitted.size(), 2u);
+  EXPECT_NEAR(cold.admitted[0].cost_ms, cost_at(cold.view, 1), 1e-9);
+  clock_.advance(std::chrono::seconds(1));
+  ctl.resolve(1, std::size_t{0});
+  ctl.consumed(1, 0, 30000, /*wait_ms=*/0);
+  ctl.settle(1);
+  // Rank 0 picked a second after opening: 1,000 ms of head start. Two branches of the class,
+  // opened 400 ms ago, so 600 ms of the fill's 1,500 are left (0.4).
+  ASSERT_TRUE(ctl.open_branch(2, kClass, /*exclusive=*/true).open);
+  ASSERT_TRUE(ctl.open_branch(3, kClass, /*exclusive=*/false).open);
+  clock_.advance(std::chrono::milliseconds(400));
+  const FillDecision exclusive = ctl.admit(2, cands, 1);
+  ctl.settle(2);
+  const FillDecision independent = ctl.admit(3, cands, 1);
+  for (const FillDecision* d : {&exclusive, &independent}) {
+    ASSERT_EQ(d->admitted.size(), 1u);
+    ASSERT_EQ(d->admitted[0].candidate, 0u);
+  }
+  const double p = exclusive.p[0];
+  const double sel = ctl.selection(kClass)->upper(0);
+  ASSERT_LT(p, sel) << "the fill's own usability is below 1: some selected fills go unused";
+  ASSERT_LT(sel, 1);
+  // Not consumed: a loser (1 - sel) runs 0.4 of its time, an unused winner (sel - p) all of it.
+  const double share = ((1 - sel) * 0.4 + (sel - p)) / (1 - p);
+  EXPECT_NEAR(exclusive.admitted[0].cost_ms, cost_at(exclusive.view, share), 1e-9);
+  EXPECT_NEAR(independent.admitted[0].cost_ms, cost_at(independent.view, 1), 1e-9);
+  EXPECT_LT(exclusive.admitted[0].cost_ms, independent.admitted[0].cost_ms);
+  EXPECT_NEAR(exclusive.admitted[0].utility, p * 600 - (1 - p) * exclusive.admitted[0].cost_ms,
+              1e-6);
+}
+
 // The head start is learned from the demand's arrival, not from when the fill was judged: a
 // demand that waited for its fill had the time since the branch opened less that wait. Once
 // the head start is spent the candidate is worth nothing and is refused, where the whole

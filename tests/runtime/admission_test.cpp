@@ -346,6 +346,33 @@ TEST(Prices, APromptStallsTheCanonicalRequestsOfItsBatch) {
   EXPECT_EQ(curves.params().batches, 1);
 }
 
+// A fill that is cancelled before its end (an exclusive branch's loser) slows the batch and
+// holds its KV only while it runs: the slot and KV terms scale with the share of its slot time
+// it holds them for. Its prompt was prefilled at its start and is charged whole.
+TEST(Prices, AFillCancelledEarlyIsChargedForTheTimeItRan) {
+  PriceCurves curves;
+  curves.set_prefill(0.157, 4);
+  const LoadView half{0, 0, 0.5};
+  Footprint whole{2000, 0.005};
+  whole.prompt_tokens = 300;
+  Footprint decode_only = whole;
+  decode_only.prompt_tokens = 0;
+  Footprint prompt_only = whole;
+  prompt_only.slot_ms = 0;
+  const double decode = curves.cost(half, decode_only);
+  const double prompt = curves.cost(half, prompt_only);
+  ASSERT_GT(decode, 0);
+  ASSERT_GT(prompt, 0);
+  EXPECT_NEAR(curves.cost(half, whole), decode + prompt, 1e-9);
+  Footprint quarter = whole;
+  quarter.unused_share = 0.25;
+  EXPECT_NEAR(curves.cost(half, quarter), 0.25 * decode + prompt, 1e-9);
+  quarter.unused_share = 0;  // cancelled at once: its prompt alone
+  EXPECT_NEAR(curves.cost(half, quarter), prompt, 1e-9);
+  quarter.unused_share = 7;  // nonsense: never more than the whole run
+  EXPECT_NEAR(curves.cost(half, quarter), decode + prompt, 1e-9);
+}
+
 TEST(Prices, ProjectionAddsOneFillAndItsKv) {
   const PriceCurves curves;
   const LoadView v = curves.project(LoadView{0.25, 0.1, 0.4}, Footprint{1000, 0.05});
