@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 namespace dynrt::admission {
@@ -93,9 +94,14 @@ void Controller::learn_head_start(Branch& b, ClassState& c, double wait_ms) {
                         : c.head_start_ms + config_.head_start_memory * (head - c.head_start_ms);
 }
 
+std::optional<double> Controller::head_start_left(const Branch& b, const ClassState& c) const {
+  if (config_.head_start_memory <= 0 || c.head_start_ms < 0) return std::nullopt;
+  return std::max(0.0, c.head_start_ms - ms_open(b));
+}
+
 double Controller::priced_gain(const Branch& b, const ClassState& c, double gain_ms) const {
-  if (config_.head_start_memory <= 0 || c.head_start_ms < 0) return gain_ms;
-  return std::min(gain_ms, std::max(0.0, c.head_start_ms - ms_open(b)));
+  const auto left = head_start_left(b, c);
+  return left ? std::min(gain_ms, *left) : gain_ms;
 }
 
 // A loser of an exclusive branch is cancelled when the branch resolves, which is before its
@@ -105,10 +111,9 @@ double Controller::priced_gain(const Branch& b, const ClassState& c, double gain
 // its end.
 double Controller::unused_share(const Branch& b, const ClassState& c, std::size_t rank, double p,
                                 double slot_ms) const {
-  if (!b.exclusive || config_.head_start_memory <= 0 || c.head_start_ms < 0 || slot_ms <= 0 ||
-      p >= 1)
-    return 1;
-  const double left = std::clamp((c.head_start_ms - ms_open(b)) / slot_ms, 0.0, 1.0);
+  const auto left_ms = head_start_left(b, c);
+  if (!b.exclusive || !left_ms || slot_ms <= 0 || p >= 1) return 1;
+  const double left = std::min(1.0, *left_ms / slot_ms);
   const double sel = std::clamp(c.selection.upper(rank), p, 1.0);
   return ((1 - sel) * left + (sel - p)) / (1 - p);
 }

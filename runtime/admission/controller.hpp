@@ -393,6 +393,9 @@ class Controller {
   void learn_head_start(Branch& b, ClassState& c, double wait_ms);
   // How long ago the generation gate opened the branch, in ms.
   double ms_open(const Branch& b) const;
+  // The head start a fill starting now can still have over its demand (ms, at least 0);
+  // nullopt where the class has none yet or the cap is off (head_start_memory 0).
+  std::optional<double> head_start_left(const Branch& b, const ClassState& c) const;
   // G as the candidate is priced: at most the head start left to a fill starting now.
   double priced_gain(const Branch& b, const ClassState& c, double gain_ms) const;
   // Footprint::unused_share of a fill of candidate `rank`, admitted now at probability p of

@@ -68,7 +68,7 @@ struct Footprint {
   // Its mean share of the KV pool over slot_ms (a request's KV grows from its prompt to its
   // prompt and completion as it decodes); negative: unknown, the peak is used.
   double kv_mean_share = -1;
-  // The share of slot_ms it holds its slot and KV for when it is not consumed, in (0, 1]: an
+  // The share of slot_ms it holds its slot and KV for when it is not consumed, in [0, 1]: an
   // exclusive branch cancels its losers when it resolves (Controller::admit). Its prompts are
   // charged whole: the first is prefilled at the start.
   double unused_share = 1;
