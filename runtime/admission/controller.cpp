@@ -299,16 +299,30 @@ FillDecision Controller::admit(BranchId branch, std::span<const Candidate> candi
   // every branch that reaches Action 1, probed or not. A candidate that would not pay even at
   // usability 1 cannot be admitted whatever its probe shows, so probing it only delays the
   // others (at high load on the tight profile such probes were most of ReAct's fills).
-  const auto could_pay = [&](std::size_t i) {
-    PricedCandidate sure = priced[i];
-    sure.p = c.selection.upper(candidates[i].rank);
-    sure.footprint.unused_share =
-        unused_share(*b, c, candidates[i].rank, sure.p, sure.footprint.slot_ms);
-    return utility(sure, out.view, curves_) > 0;
+  // Its utility at p = the selection's bound x `use` x `factor`.
+  const auto utility_at = [&](std::size_t i, double use, double factor) {
+    PricedCandidate at = priced[i];
+    at.p = c.selection.upper(candidates[i].rank) * use * factor;
+    at.footprint.unused_share = unused_share(*b, c, candidates[i].rank, at.p, at.footprint.slot_ms);
+    return utility(at, out.view, curves_);
+  };
+  const auto could_pay = [&](std::size_t i) { return utility_at(i, 1, 1) > 0; };
+  // A seeded probe in an open branch is spent at the full rate on a candidate whose fill would
+  // pay at the usability posterior's upper bound, its rank's calibration kept; on one that
+  // would pay only at a usability or a selection past what the evidence allows, at a fraction
+  // of it. A class whose fills pay only when surely used and selected at the bound (a rank its
+  // bound overrates, fills late at load) would otherwise pay for probes at every twentieth
+  // branch that its evidence says will not pay.
+  const auto worth_probing = [&](std::size_t i) {
+    if (!could_pay(i)) return false;
+    if (utility_at(i, c.usability.quantile(config_.usability_bound),
+                   calibration(c, candidates[i].rank)) > 0)
+      return true;
+    return uniform() < config_.fill_audit_beyond_bound;
   };
   hooks.audit = [&](std::size_t i) {
     if (std::exchange(b->audit, false)) return could_pay(i);
-    return uniform() < config_.fill_audit && could_pay(i);
+    return uniform() < config_.fill_audit && worth_probing(i);
   };
   std::vector<Step> steps;
   if (priced_fills) {
@@ -612,6 +626,11 @@ const ClassModel* Controller::model(const Hash128& coordinate) const {
 const RankSelection* Controller::selection(const Hash128& coordinate) const {
   const auto it = classes_.find(coordinate);
   return it == classes_.end() ? nullptr : &it->second.selection;
+}
+
+const BetaPosterior* Controller::usability(const Hash128& coordinate) const {
+  const auto it = classes_.find(coordinate);
+  return it == classes_.end() ? nullptr : &it->second.usability;
 }
 
 std::optional<double> Controller::branch_return(BranchId branch) const {

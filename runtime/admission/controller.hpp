@@ -84,6 +84,10 @@ struct AdmissionConfig {
   double generation_audit = 0.05;  // chance a closed generation gate opens anyway
   int audit_after = 20;            // ... and it surely opens after this many refusals in a row
   double fill_audit = 0.05;        // chance one refused candidate that could pay is admitted anyway
+  // ... where it would pay at the usability posterior's usability_bound quantile and its rank's
+  // calibration; where it would pay only past them, fill_audit x fill_audit_beyond_bound.
+  double usability_bound = 0.95;
+  double fill_audit_beyond_bound = 0.1;
   // gamma: the weight an observation of a class loses with each newer one, in the gate's
   // model (ClassModel) and in its usability posterior. 1 forgets nothing.
   double evidence_memory = 0.9;
@@ -296,6 +300,7 @@ class Controller {
   const AdmissionStats& stats() const { return stats_; }
   const ClassModel* model(const Hash128& coordinate) const;
   const RankSelection* selection(const Hash128& coordinate) const;
+  const BetaPosterior* usability(const Hash128& coordinate) const;
   std::optional<double> branch_return(BranchId branch) const;
   int fills_in_flight() const { return fills_in_flight_; }
   // Fills in flight charged to `tenant`.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 
 namespace dynrt::admission {
 namespace {
@@ -132,6 +133,31 @@ class ControllerTest : public ::testing::Test {
       EXPECT_TRUE(ctl->open_branch(1000, kClass).open);
     }
     return {calibrated.admit(1000, cands, fills), plain.admit(1000, cands, fills)};
+  }
+  // A controller with every seeded probe drawn (fill_audit 1) and `beyond_bound` as the rate
+  // past the evidence's bound, after 30 branches of kClass at a load where fills have a price:
+  // each fills all of `cands`, selects the first, and that fill is consumed (`used`) or comes
+  // too late for its demand.
+  std::unique_ptr<Controller> probing_after(double beyond_bound, std::vector<Candidate> cands,
+                                            bool used) {
+    AdmissionConfig c = config(/*cold=*/1000, /*gen_audit=*/0, /*fill_audit=*/1);
+    c.fill_audit_beyond_bound = beyond_bound;
+    auto ctl = std::make_unique<Controller>(clock_, c);
+    ctl->observe_load(0.3, 0);
+    for (BranchId b = 1; b <= 30; ++b) {
+      EXPECT_TRUE(ctl->open_branch(b, kClass).open);
+      const FillDecision d = ctl->admit(b, cands, static_cast<int>(cands.size()));
+      EXPECT_EQ(d.admitted.size(), cands.size());
+      ctl->resolve(b, std::size_t{0});
+      if (used)
+        ctl->consumed(b, 0, 2000);
+      else
+        ctl->missed(b, 0, 500);
+      for (const FillChoice& fill : d.admitted)
+        ctl->release(fill.reservation);
+      ctl->settle(b);
+    }
+    return ctl;
   }
   ManualClock clock_;
 };
@@ -955,6 +981,96 @@ TEST_F(ControllerTest, AnAuditedBranchProbesItsBestCandidateIfItCouldPay) {
   ASSERT_EQ(could.admitted.size(), 1U);
   EXPECT_TRUE(could.admitted[0].audit);
   EXPECT_LE(could.admitted[0].utility, 0);  // at the usability believed it does not pay
+}
+
+// A seeded probe in an open branch is spent at the full rate on a candidate that would pay at
+// the usability posterior's upper bound (usability_bound), and at fill_audit_beyond_bound of
+// that rate on one that would pay only at a usability above it: a class whose selected fills
+// are seldom used (late, at load) keeps learning, but stops paying at every branch for probes
+// its evidence says will not pay. (ReAct at 0.85 of saturation on `h200x4-32b`: such probes
+// were nearly all of full dynrt's fills, and made it slower than C1 alone on every seed.)
+TEST_F(ControllerTest, ASeededProbeIsRareWhereOnlyAUsabilityPastItsBoundWouldPay) {
+  const Footprint f{1500, 0.001};
+  // Selected top candidates whose fills came too late for their demands.
+  const auto seldom_used = [&](double beyond_bound) {
+    return probing_after(beyond_bound, {{0, 1e7, f}}, /*used=*/false);
+  };
+  auto strict = seldom_used(/*beyond_bound=*/0);
+  const BetaPosterior& usability = *strict->usability(kClass);
+  const double bound = usability.quantile(0.95);
+  ASSERT_LT(usability.mean(), bound);
+  ASSERT_LT(bound, 0.5);
+  // A second candidate's gain at which its fill breaks even at usability u (its p = the
+  // selection's bound times u; never selected, so its calibration factor is 1).
+  const double sel = strict->selection(kClass)->upper(1);
+  const double cost = strict->prices().cost(strict->view(), f);
+  ASSERT_GT(cost, 0);
+  const auto breaking_even_at = [&](double u) { return cost / (sel * u) - cost; };
+  const auto probe = [&](Controller& ctl, BranchId b, double u) {
+    EXPECT_TRUE(ctl.open_branch(b, kClass).open);
+    return ctl.admit(b, std::vector<Candidate>{{1, breaking_even_at(u), f}}, 1);
+  };
+  // Between the posterior's mean and its bound: probed (its utility is not positive).
+  const FillDecision within = probe(*strict, 100, (usability.mean() + bound) / 2);
+  ASSERT_EQ(within.admitted.size(), 1u);
+  EXPECT_TRUE(within.admitted[0].audit);
+  EXPECT_LE(within.admitted[0].utility, 0);
+  // Past the bound, though it would pay if surely used: not probed at a rate of 0 ...
+  for (BranchId b = 101; b <= 120; ++b) {
+    const FillDecision past = probe(*strict, b, (bound + 1) / 2);
+    EXPECT_TRUE(past.admitted.empty());
+    EXPECT_EQ(past.refused[0], Refusal::utility);
+  }
+  // ... and probed at the full rate when the rate past the bound is 1.
+  auto lenient = seldom_used(/*beyond_bound=*/1);
+  const FillDecision past = probe(*lenient, 100, (bound + 1) / 2);
+  ASSERT_EQ(past.admitted.size(), 1u);
+  EXPECT_TRUE(past.admitted[0].audit);
+}
+
+// The same where selected fills are used but a rank's selection bound overrates it: its fills
+// were used less often than their p said, and its calibration factor prices it lower. A probe
+// that would pay only past the factor is as rare as one past the usability's bound.
+TEST_F(ControllerTest, ASeededProbeIsRareWhereOnlyARankPastItsCalibrationWouldPay) {
+  const Footprint f{1500, 0.001};
+  // Both candidates filled; the first is always selected, and its fill used.
+  const auto overrated = [&](double beyond_bound) {
+    return probing_after(beyond_bound, {{0, 1e7, f}, {1, 1e7, f}}, /*used=*/true);
+  };
+  auto strict = overrated(/*beyond_bound=*/0);
+  const BetaPosterior& usability = *strict->usability(kClass);
+  const double bound = usability.quantile(0.95);
+  ASSERT_GT(usability.mean(), 0.8);  // the selected fills were used
+  const double sel = strict->selection(kClass)->upper(1);
+  const double cost = strict->prices().cost(strict->view(), f);
+  ASSERT_GT(cost, 0);
+  // The second rank's factor: the p it is priced at over the selection's bound and the
+  // usability (a candidate with no gain is refused, and its p reported).
+  ASSERT_TRUE(strict->open_branch(99, kClass).open);
+  const FillDecision read = strict->admit(99, std::vector<Candidate>{{1, 0, f}}, 1);
+  ASSERT_TRUE(read.admitted.empty());
+  const double factor = read.p[0] / (sel * usability.mean());
+  ASSERT_LT(factor, 0.8);
+  const auto probe = [&](Controller& ctl, BranchId b, double p_breaking_even) {
+    EXPECT_TRUE(ctl.open_branch(b, kClass).open);
+    return ctl.admit(b, std::vector<Candidate>{{1, cost / p_breaking_even - cost, f}}, 1);
+  };
+  // Paying at the usability's bound with the factor: probed.
+  const FillDecision within = probe(*strict, 100, sel * factor * (usability.mean() + bound) / 2);
+  ASSERT_EQ(within.admitted.size(), 1u);
+  EXPECT_TRUE(within.admitted[0].audit);
+  // Paying at the usability's bound only without the factor: not probed at a rate of 0 ...
+  const double past_factor = sel * bound * (1 + factor) / 2;
+  for (BranchId b = 101; b <= 120; ++b) {
+    const FillDecision past = probe(*strict, b, past_factor);
+    EXPECT_TRUE(past.admitted.empty());
+    EXPECT_EQ(past.refused[0], Refusal::utility);
+  }
+  // ... and probed when the rate past the bound is 1.
+  auto lenient = overrated(/*beyond_bound=*/1);
+  const FillDecision past = probe(*lenient, 100, past_factor);
+  ASSERT_EQ(past.admitted.size(), 1u);
+  EXPECT_TRUE(past.admitted[0].audit);
 }
 
 TEST_F(ControllerTest, IsDeterministicForASeed) {
