@@ -997,7 +997,7 @@ TEST_F(ControllerTest, ASeededProbeIsRareWhereOnlyAUsabilityPastItsBoundWouldPay
   };
   auto strict = seldom_used(/*beyond_bound=*/0);
   const BetaPosterior& usability = *strict->usability(kClass);
-  const double bound = usability.quantile(0.95);
+  const double bound = usability.quantile(AdmissionConfig{}.usability_bound);
   ASSERT_LT(usability.mean(), bound);
   ASSERT_LT(bound, 0.5);
   // A second candidate's gain at which its fill breaks even at usability u (its p = the
@@ -1039,7 +1039,7 @@ TEST_F(ControllerTest, ASeededProbeIsRareWhereOnlyARankPastItsCalibrationWouldPa
   };
   auto strict = overrated(/*beyond_bound=*/0);
   const BetaPosterior& usability = *strict->usability(kClass);
-  const double bound = usability.quantile(0.95);
+  const double bound = usability.quantile(AdmissionConfig{}.usability_bound);
   ASSERT_GT(usability.mean(), 0.8);  // the selected fills were used
   const double sel = strict->selection(kClass)->upper(1);
   const double cost = strict->prices().cost(strict->view(), f);
