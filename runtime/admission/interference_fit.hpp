@@ -51,7 +51,11 @@ struct DecodeReading {
 struct InterferenceFitParams {
   double memory = 0.98;  // m: the weight an interval loses with each newer one
   double min_gaps = 16;  // gaps an interval needs to count
-  double min_stretch = 0.1;
+  // Below the one-off cost of sharing a batch (the curve's 0.045), so that a lightly loaded
+  // engine, whose only stretch is that cost, is read: that is where fills are admitted most
+  // freely, and an engine stretching twice the curve there slows the requests beside them
+  // twice what the prior charges. A lone request in a nearly empty pool stays below it.
+  double min_stretch = 0.03;
   double min_weight = 1.0;  // sum of discounted s before the scale departs from 1
   double min_scale = 0.25;
   double max_scale = 4.0;

@@ -82,6 +82,24 @@ TEST(InterferenceFit, ReadsEachEngineAgainstItsOwnLoneGap) {
   EXPECT_NEAR(fit.scale(), 2.0, 0.04);
 }
 
+// A lightly loaded engine: two or three requests per batch and a nearly empty pool, so the
+// only stretch is the one-off cost of sharing a batch (about 0.05 of the curve). That is where
+// fills are admitted most freely, and an engine that stretches twice the curve there is read
+// as such, not left at the prior.
+TEST(InterferenceFit, ReadsTheSharingOverheadOfALightlyLoadedEngine) {
+  for (const double scale : {1.0, 2.0}) {
+    Engine e;
+    e.scale = scale;
+    const double most = e.curve.stretch(2.0, 0.01);
+    ASSERT_LT(most, 0.1);  // the light load this test is about: under the fit's former threshold
+    InterferenceFit fit;
+    for (int i = 0; i < 200; ++i)
+      fit.observe(0, e.next(2, 3, 0, 0.01));
+    EXPECT_GT(fit.intervals(), 150u) << scale;
+    EXPECT_NEAR(fit.scale(), scale, 0.02 * scale);
+  }
+}
+
 // Intervals that say nothing of the curve leave the prior (1) alone.
 TEST(InterferenceFit, KeepsThePriorWithoutEvidence) {
   {
