@@ -188,14 +188,14 @@ int run_sweep(SweepCli& cli) {
   for (std::size_t i = 0; i < o.loads.size(); ++i) {
     const double u = o.loads[i];
     if (!(u > 0 && u <= 2)) {
-      std::cerr << "dynrt bench sweep: a load is a fraction of the saturation rate, in (0, 2]; got "
-                << u << "\n";
+      std::cerr << "dynrt bench " << cli.kind
+                << ": a load is a fraction of the saturation rate, in (0, 2]; got " << u << "\n";
       return kExitUsage;
     }
     // Each load is a cell of every table and plot: a repeat would be measured twice under one
     // name.
     if (std::find(o.loads.begin(), o.loads.begin() + i, u) != o.loads.begin() + i) {
-      std::cerr << "dynrt bench sweep: load " << u << " is given twice in --loads\n";
+      std::cerr << "dynrt bench " << cli.kind << ": load " << u << " is given twice in --loads\n";
       return kExitUsage;
     }
   }

@@ -77,6 +77,8 @@ check "bench sweep refuses a rate that would take days of simulated time" 2 "$dy
 contains "says how long" /tmp/dynrt-cli-err.$$ "simulated seconds; a cell may span at most"
 check "bench sweep refuses a load given twice" 2 "$dynrt" bench sweep routing --loads 0.3,0.5,0.3 --out /tmp/dynrt-cli-nan.$$
 contains "names the load" /tmp/dynrt-cli-err.$$ "load 0.3 is given twice"
+check "bench ablation refuses a load past twice saturation" 2 "$dynrt" bench ablation routing --loads 3 --out /tmp/dynrt-cli-nan.$$
+contains "names the command refused" /tmp/dynrt-cli-err.$$ "dynrt bench ablation: a load is a fraction of the saturation rate"
 [ -e /tmp/dynrt-cli-nan.$$ ] && { echo "FAIL a refused bench wrote its output folder"; fails=$((fails + 1)); }
 
 # serve --config: each value is checked as its flag is, and refused at its position before
