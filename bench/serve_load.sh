@@ -66,11 +66,16 @@ if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$need" ]; then
   exit 2
 fi
 
-if [ -z "$out" ]; then out="$(mktemp -d -t dynrt-load-XXXXXX)"; else mkdir -p "$out"; fi
-sim_pid="" serve_pid="" sampler_pid=""
+# A folder of our own (no --out) goes when the run passes; one that failed keeps its logs.
+own_out=0
+if [ -z "$out" ]; then out="$(mktemp -d -t dynrt-load-XXXXXX)"; own_out=1; else mkdir -p "$out"; fi
+sim_pid="" serve_pid="" sampler_pid="" fails=""
 cleanup() {
   for p in $sampler_pid $serve_pid $sim_pid; do kill "$p" 2>/dev/null; done
   wait 2>/dev/null
+  if [ "$own_out" = 1 ]; then
+    if [ "$fails" = 0 ]; then rm -rf "$out"; else echo "serve_load.sh: logs kept in $out" >&2; fi
+  fi
 }
 trap cleanup EXIT
 

@@ -20,9 +20,8 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 
-from checks import Output, check, launch, stop, summary
+from checks import Output, check, launch, scratch, stop, summary
 
 DYNRT = sys.argv[1]
 KEYS = {"acme-1": "sk-acme-one-7f3a", "acme-2": "sk-acme-two-91bc", "beta-1": "sk-beta-one-2d44",
@@ -94,7 +93,7 @@ def main():
                       "--insecure-no-auth"], r"listening on http://0\.0\.0\.0:(\d+)")
     stop(p)
 
-    tmp = tempfile.mkdtemp(prefix="dynrt-auth-")
+    tmp = scratch("dynrt-auth-")
     keys = os.path.join(tmp, "keys.yaml")
     key_file(keys, ["acme-1", "acme-2", "beta-1", "scraper", "slow"])
     proc, port, line = launch([DYNRT, "serve", "templates", "--port", "0", "--time-scale", "0",

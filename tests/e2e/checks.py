@@ -1,14 +1,18 @@
 """What the end-to-end scripts share: checks that note a failure and go on, stopping
 `dynrt serve` as an operator does, and the summary that becomes the exit status."""
+import atexit
 import http.client
 import json
 import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 
 FAILURES = []
+PASSED = []  # set by summary() when every check passed
 
 
 def check(cond, what):
@@ -47,7 +51,23 @@ def summary(name):
         print("%d check(s) failed" % len(FAILURES))
         return 1
     print("%s: all checks passed" % name)
+    PASSED.append(name)
     return 0
+
+
+def scratch(prefix):
+    """A fresh temporary folder for the script's files: removed when the script ends with
+    every check passed, kept (and its path printed) for a look when it did not."""
+    path = tempfile.mkdtemp(prefix=prefix)
+
+    def done():
+        if PASSED and not FAILURES:
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            print("files kept in", path, flush=True)
+
+    atexit.register(done)
+    return path
 
 
 class Output:

@@ -17,10 +17,9 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 
-from checks import Output, check, launch, stop, summary
+from checks import Output, check, launch, scratch, stop, summary
 
 DYNRT, SIM = sys.argv[1], sys.argv[2]
 ROUTER_SYSTEM = ("You route requests to handlers. Think step by step, then end with one line "
@@ -71,7 +70,7 @@ def routing_turn(port, run, query, key=None):
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="dynrt-explain-")
+    tmp = scratch("dynrt-explain-")
     reasoning = " ".join(["step"] * 200)
     with open(os.path.join(tmp, "script.jsonl"), "w") as f:
         for h in ("weather", "calendar", "email"):

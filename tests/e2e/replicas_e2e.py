@@ -23,11 +23,10 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 from routing import ROUTER_SYSTEM, chat, handler_system, write_script
-from checks import check, launch, metrics, request, stop, summary, until
+from checks import check, launch, metrics, request, scratch, stop, summary, until
 
 DYNRT, SIM = sys.argv[1], sys.argv[2]
 
@@ -109,7 +108,7 @@ def main():
     if not shutil.which("redis-server"):
         print("redis-server is not installed (scripts/install-deps.sh installs it)")
         return 77
-    tmp = tempfile.mkdtemp(prefix="dynrt-replicas-")
+    tmp = scratch("dynrt-replicas-")
     write_script(os.path.join(tmp, "script.jsonl"))
     with open(os.path.join(tmp, "corpus.json"), "w") as f:
         json.dump({"documents": [{"key": "api:" + h, "text": h + " API: ok"}

@@ -19,10 +19,9 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
-from checks import check, launch, stop, summary
+from checks import check, launch, scratch, stop, summary
 
 DYNRT, SIM = sys.argv[1], sys.argv[2]
 
@@ -125,7 +124,7 @@ def metric(port, name):
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="dynrt-e2e-")
+    tmp = scratch("dynrt-e2e-")
     reasoning = " ".join(["step"] * 250)
     with open(os.path.join(tmp, "script.jsonl"), "w") as f:
         for h in ("weather", "calendar", "email"):

@@ -16,11 +16,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-from checks import check, launch, stop, summary
+from checks import check, launch, scratch, stop, summary
 
 DYNRT = sys.argv[1]
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "notes.yaml")
@@ -100,7 +99,7 @@ def refused(tmp, config_text, needle, what, where="refused.yaml:"):
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="dynrt-tools-")
+    tmp = scratch("dynrt-tools-")
     srv = ToolServer()
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     base = "http://127.0.0.1:%d" % srv.server_port
