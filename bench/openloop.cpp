@@ -6,6 +6,7 @@
 #include "bench/driver.hpp"
 #include "bench/sim_world.hpp"
 #include "dsl/lint.hpp"
+#include "dsl/report.hpp"
 #include "engines/sim/engine.hpp"
 #include "engines/sim/profiles.hpp"
 #include "engines/sim/text.hpp"
@@ -687,6 +688,20 @@ Graphs load_graphs(const std::string& templates, const std::vector<std::string>&
     return out;
   }
   out.report = dsl::lint_paths({templates});
+  if (!out.report.usage_errors.empty()) {
+    out.error = out.report.usage_errors.front();
+    return out;
+  }
+  // The runtime loads a folder only when none of its templates has an error (as dynrt serve
+  // does): say so here, with the findings, rather than let every run of every cell fail.
+  if (out.report.count(dsl::Severity::error) > 0) {
+    std::string findings = dsl::format_text(out.report);
+    while (!findings.empty() && findings.back() == '\n')
+      findings.pop_back();
+    out.error = "the templates in " + templates + " have errors; fix them (dynrt lint " +
+                templates + ") and run again:\n" + findings;
+    return out;
+  }
   for (const auto* g : out.report.graphs())
     out.by_workload[g->workflow] = g;
   for (const auto& name : workloads)

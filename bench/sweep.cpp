@@ -148,6 +148,7 @@ SweepPoint over_seeds(const std::vector<CellResult>& cells) {
     if (c.gate_open_share >= 0) gate.push_back(c.gate_open_share);
     p.accuracy = std::min(p.accuracy, c.accuracy);
     p.failures += c.failures;
+    if (p.first_failure.empty()) p.first_failure = c.first_failure;
   }
   p.mean_s = mean(means);
   p.sd_s = sample_sd(means);
@@ -294,6 +295,7 @@ json SweepRecord::to_json() const {
             {"failures", cell.failures},
             {"stages", stage_times_json(cell.stages)},
             {"wall_s", cell.wall_s}};
+  if (cell.failures) j["first_failure"] = cell.first_failure;
   if (http)
     j["http"] = {{"mean_s", http->mean_s},
                  {"p50_s", http->p50_s},
@@ -337,6 +339,7 @@ json SweepPoint::to_json() const {
             {"kv_wait_share", kv_wait_share},
             {"failures", failures},
             {"stages", stage_times_json(stages)}};
+  if (failures) j["first_failure"] = first_failure;
   if (http)
     j["http"] = {{"seeds", http->seeds},
                  {"mean_s", http->mean_s},
@@ -573,6 +576,12 @@ std::string format_sweep(const SweepOptions& o, const SweepResult& r) {
       }
       md << '\n';
     }
+    // What the table's "N failed" does not say: why (the first failed run of each cell).
+    for (const auto& p : r.points)
+      if (p.workload == name && p.failures)
+        md << "\n"
+           << p.arm << " at " << p.load << ": " << p.failures
+           << " run(s) failed; the first: " << p.first_failure << "\n";
     // A table of one figure per (load, arm other than the floor).
     const auto per_arm = [&](const std::string& title,
                              const std::function<std::string(const SweepPoint&)>& cell) {
@@ -722,16 +731,18 @@ Workload bursty_workload(const dsl::TemplateGraph& g, const SweepOptions& o, std
 }  // namespace
 
 json BurstyPoint::to_json() const {
-  return {{"workload", workload},
-          {"arm", arm},
-          {"seeds", seeds},
-          {"mean_s", mean_s},
-          {"sd_s", sd_s},
-          {"phase_mean_s", phase_mean_s},
-          {"fills_issued", fills_issued},
-          {"wasted_engine_s", wasted_engine_s},
-          {"accuracy", accuracy},
-          {"failures", failures}};
+  json j = {{"workload", workload},
+            {"arm", arm},
+            {"seeds", seeds},
+            {"mean_s", mean_s},
+            {"sd_s", sd_s},
+            {"phase_mean_s", phase_mean_s},
+            {"fills_issued", fills_issued},
+            {"wasted_engine_s", wasted_engine_s},
+            {"accuracy", accuracy},
+            {"failures", failures}};
+  if (failures) j["first_failure"] = first_failure;
+  return j;
 }
 
 json BurstyResult::to_json(const SweepOptions& o) const {
@@ -798,6 +809,7 @@ BurstyResult run_bursty(const SweepOptions& o) {
       p.seeds = over.seeds;
       p.accuracy = over.accuracy;
       p.failures = over.failures;
+      p.first_failure = over.first_failure;
       p.mean_s = over.mean_s;
       p.sd_s = over.sd_s;
       p.fills_issued = over.fills_issued;
@@ -845,6 +857,11 @@ std::string format_bursty(const SweepOptions& o, const BurstyResult& r) {
          << fixed(p.accuracy, 3)
          << (p.failures ? ", " + std::to_string(p.failures) + " failed" : "") << " |\n";
     }
+    for (const auto& p : r.points)
+      if (p.workload == name && p.failures)
+        md << "\n"
+           << p.arm << ": " << p.failures << " run(s) failed; the first: " << p.first_failure
+           << "\n";
   }
   return md.str();
 }

@@ -106,6 +106,7 @@ struct SweepPoint {  // one (workload, load, arm) over the seeds
   double kv_use = 0;  // means over seeds (CellResult)
   double kv_wait_share = 0;
   std::size_t failures = 0;
+  std::string first_failure;      // the first failed run's error, over the seeds in order
   std::vector<StageTime> stages;  // means over seeds (mean_stage_times)
   // The same figures over HTTP (--http); null when the arm was not run there.
   std::shared_ptr<const SweepPoint> http;
@@ -163,6 +164,7 @@ struct BurstyPoint {  // one (workload, arm) over the seeds
   double wasted_engine_s = 0;
   double accuracy = 1;
   std::size_t failures = 0;
+  std::string first_failure;  // as SweepPoint's
   nlohmann::json to_json() const;
 };
 

@@ -81,6 +81,18 @@ check "bench ablation refuses a load past twice saturation" 2 "$dynrt" bench abl
 contains "names the command refused" /tmp/dynrt-cli-err.$$ "dynrt bench ablation: a load is a fraction of the saturation rate"
 [ -e /tmp/dynrt-cli-nan.$$ ] && { echo "FAIL a refused bench wrote its output folder"; fails=$((fails + 1)); }
 
+# A template folder with an error is refused with the finding, before any cell runs (every run
+# would fail: the runtime loads no folder with an error in it).
+broken=/tmp/dynrt-cli-broken.$$
+mkdir -p "$broken" && cp templates/*.yaml "$broken"/
+sed -i '0,/wait_ms:/s/wait_ms: *[0-9]*/wait_ms: -5/' "$broken/routing.yaml"
+check "bench sweep refuses a template folder with an error" 2 "$dynrt" bench sweep react --templates "$broken" --seeds 1 --requests 20 --loads 0.3 --saturation 5 --quiet --no-plots --out /tmp/dynrt-cli-bench.$$
+contains "names the folder" /tmp/dynrt-cli-err.$$ "dynrt bench sweep: the templates in $broken have errors"
+contains "positions the finding" /tmp/dynrt-cli-err.$$ "$broken/routing.yaml:"
+check "bench bursty refuses a template folder that is not there" 2 "$dynrt" bench bursty react --templates "$broken/none" --seeds 1 --requests 20 --saturation 5 --quiet --out /tmp/dynrt-cli-bench.$$
+contains "says it is not there" /tmp/dynrt-cli-err.$$ "$broken/none: no such file or folder"
+rm -rf "$broken" /tmp/dynrt-cli-bench.$$
+
 # serve --config: each value is checked as its flag is, and refused at its position before
 # anything listens (timeout: a value let through would serve until killed).
 cfg=/tmp/dynrt-cli-cfg.$$.yaml
