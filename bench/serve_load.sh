@@ -12,7 +12,8 @@
 #
 # Options: -c CONNECTIONS (1000), -d SECONDS (60), --build DIR (build), --dynrt/--sim/--client
 # PATH (default: in the build dir), --time-scale MS (1000: real time; a response lasts a few
-# seconds), --seed N (1), --out DIR (a fresh temporary folder), --max-rss-mb N (4096),
+# seconds), --seed N (1), --out DIR (its logs; default a fresh temporary folder, removed when
+# the run passes), --max-rss-mb N (4096),
 # --serve-arg ARG (one more argument for dynrt serve, e.g. --serve-arg --workflow-idle-ms=5000),
 # --smoke (time scale 100 and a quieter report), --wrong-router (the engine's script names the
 # weather handler for every query, so the run must fail: the check that the check can fail).
