@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Every relative link in the project's Markdown resolves: the file it names exists, and the
-#anchor it names is a heading of that file, slugged as GitHub slugs headings (lower case,
-punctuation dropped, spaces to hyphens, a repeated heading suffixed -1, -2, ...).
+"""Every relative link in the project's Markdown resolves: the file it names exists inside the
+repository (a link that climbs out of it works only on its author's machine), and the #anchor
+it names is a heading of that file, slugged as GitHub slugs headings (lower case, punctuation
+dropped, spaces to hyphens, a repeated heading suffixed -1, -2, ...).
 
 Run from the repository root: python3 tests/docs/links_test.py [FILE.md ...]
 (default: every *.md that git tracks). Exit 1 with one line per broken link."""
@@ -14,6 +15,7 @@ HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 # [text](target) and ![alt](target); the target ends at whitespace or the closing parenthesis.
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 FENCE = re.compile(r"^\s*(```|~~~)")
+ROOT = os.getcwd()  # the repository root: run from there
 
 
 def slug(text):
@@ -63,7 +65,10 @@ def check(path):
             dest = os.path.normpath(os.path.join(os.path.dirname(path), file_part)) \
                 if file_part else path
             where = "%s:%d: %s" % (path, n, target)
-            if not os.path.exists(dest):
+            if os.path.relpath(os.path.abspath(dest), ROOT).startswith(".."):
+                # It may resolve on the author's machine; in anyone else's checkout it does not.
+                problems.append("%s: points outside the repository" % where)
+            elif not os.path.exists(dest):
                 problems.append("%s: no such file %s" % (where, dest))
             elif anchor and dest.endswith(".md") and anchor not in anchors(dest):
                 problems.append("%s: %s has no heading whose anchor is #%s" %
