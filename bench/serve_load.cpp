@@ -420,7 +420,9 @@ int main(int argc, char** argv) {
   app.add_option("-d,--seconds", o.seconds, "How long to keep sending")
       ->check(dynrt::cli_checks::positive_finite())
       ->capture_default_str();
-  app.add_option("--seed", o.seed, "Seed of the request mix")->capture_default_str();
+  app.add_option("--seed", o.seed, "Seed of the request mix")
+      ->check(dynrt::cli_checks::unsigned_integer())
+      ->capture_default_str();
   app.add_option("--tagged", o.tagged, "Share of runs that are tagged Routing runs")
       ->check(dynrt::cli_checks::finite_range(0.0, 1.0))
       ->capture_default_str();

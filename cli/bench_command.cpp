@@ -11,7 +11,10 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -37,6 +40,15 @@ std::string quote(const std::string& s) {
       out += c;
   }
   return out + "'";
+}
+
+// The first value given twice. Each arm and each rate is a column or a row of every table and a
+// series or a point of every plot: a repeat would run twice and be averaged under one name.
+template <class T>
+std::optional<T> repeated(const std::vector<T>& values) {
+  for (auto it = values.begin(); it != values.end(); ++it)
+    if (std::find(values.begin(), it, *it) != it) return *it;
+  return std::nullopt;
 }
 
 // Draws OUT/plots/*.png from OUT/results.json with bench/plot.py, when it can.
@@ -72,6 +84,14 @@ int run_open_loop(const std::string& which, OpenLoopCli& cli) {
       std::cerr << "\n";
       return kExitUsage;
     }
+  if (const auto twice = repeated(o.arms)) {
+    std::cerr << "dynrt bench: arm " << *twice << " is given twice in --arms\n";
+    return kExitUsage;
+  }
+  if (const auto twice = repeated(o.rates)) {
+    std::cerr << "dynrt bench: rate " << *twice << " is given twice in --rate\n";
+    return kExitUsage;
+  }
   std::error_code ec;
   fs::create_directories(o.out_dir, ec);
   if (ec) {
@@ -119,6 +139,7 @@ void add_open_loop(CLI::App& bench, const std::string& which, const std::string&
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   cmd->add_option("--seed", cli->options.seed, "Seed of the trace and the controller")
+      ->check(cli_checks::unsigned_integer())
       ->capture_default_str();
   cmd->add_option("--profile", cli->options.profile,
                   "Simulated engine profile (" + engines::sim::sim_profile_names() +
@@ -183,6 +204,10 @@ int run_sweep(SweepCli& cli) {
     for (const auto& k : known)
       std::cerr << ' ' << k;
     std::cerr << (cli.kind == "ablation" ? " (or any p=X with 0 < X <= 1)" : "") << "\n";
+    return kExitUsage;
+  }
+  if (const auto twice = repeated(o.arms)) {
+    std::cerr << "dynrt bench " << cli.kind << ": arm " << *twice << " is given twice in --arms\n";
     return kExitUsage;
   }
   for (std::size_t i = 0; i < o.loads.size(); ++i) {
@@ -340,7 +365,9 @@ void add_sweep(CLI::App& bench, const std::string& kind, std::function<int()>& r
   cmd->add_option("--seeds", cli->options.seeds, "Seeds per cell (1, 2, ... from --seed)")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
-  cmd->add_option("--seed", cli->options.first_seed, "First seed")->capture_default_str();
+  cmd->add_option("--seed", cli->options.first_seed, "First seed")
+      ->check(cli_checks::unsigned_integer())
+      ->capture_default_str();
   cmd->add_option("--saturation", cli->options.saturation,
                   "The floor's saturation rate in runs/s to use for every workload, instead of "
                   "measuring it (a quick look; loads are fractions of it)")
@@ -422,6 +449,7 @@ void add_bench_commands(CLI::App& app, std::function<int()>& run) {
       ->check(CLI::Range(1, 10'000'000))
       ->capture_default_str();
   admission->add_option("--seed", replay->seed, "Seed of the snapshot generator")
+      ->check(cli_checks::unsigned_integer())
       ->capture_default_str();
   admission
       ->add_option("--min-candidates", replay->min_candidates, "Fewest candidates a snapshot has")

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cctype>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -58,6 +59,27 @@ inline CLI::Validator finite_range(double lo, double hi) {
         return detail::finite_check(text, lo, false, hi, b);
       },
       desc.str(), "FINITE_RANGE");
+}
+
+// A whole number from 0 to 2^64 - 1, in decimal digits. CLI11 reads "-5" into an unsigned option
+// as 2^64 - 5 (strtoull wraps a negated value), so a seed given as -5 would run as
+// 18446744073709551611 without a word.
+inline CLI::Validator unsigned_integer() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const std::string refused =
+            "Value " + text + " is not a whole number from 0 to " + "18446744073709551615";
+        if (text.empty()) return refused;
+        for (const char c : text)
+          if (!std::isdigit(static_cast<unsigned char>(c))) return refused;
+        try {
+          (void)std::stoull(text);
+        } catch (const std::exception&) {
+          return refused;
+        }
+        return {};
+      },
+      "UINT", "UINT");
 }
 
 }  // namespace dynrt::cli_checks

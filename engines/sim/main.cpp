@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   app.add_option("--seed", seed, "Seed of the pseudo-text of unscripted requests")
+      ->check(dynrt::cli_checks::unsigned_integer())
       ->capture_default_str();
   try {
     app.parse(argc, argv);

@@ -77,6 +77,15 @@ check "bench sweep refuses a rate that would take days of simulated time" 2 "$dy
 contains "says how long" /tmp/dynrt-cli-err.$$ "simulated seconds; a cell may span at most"
 check "bench sweep refuses a load given twice" 2 "$dynrt" bench sweep routing --loads 0.3,0.5,0.3 --out /tmp/dynrt-cli-nan.$$
 contains "names the load" /tmp/dynrt-cli-err.$$ "load 0.3 is given twice"
+check "bench sweep refuses an arm given twice" 2 "$dynrt" bench sweep routing --arms full,static,full --out /tmp/dynrt-cli-nan.$$
+contains "names the arm" /tmp/dynrt-cli-err.$$ "dynrt bench sweep: arm full is given twice in --arms"
+check "bench refuses a rate given twice" 2 "$dynrt" bench routing --rate 0.5,0.5 --out /tmp/dynrt-cli-nan.$$
+contains "names the rate" /tmp/dynrt-cli-err.$$ "rate 0.5 is given twice in --rate"
+# CLI11 reads -5 into an unsigned option as 2^64 - 5; a seed is a whole number of 0 or more.
+check "bench sweep refuses a negative seed" 2 "$dynrt" bench sweep routing --seed -5 --out /tmp/dynrt-cli-nan.$$
+contains "says what a seed is" /tmp/dynrt-cli-err.$$ "--seed: Value -5 is not a whole number from 0 to 18446744073709551615"
+check "bench admission refuses a negative seed" 2 "$dynrt" bench admission --seed -1
+check "bench refuses a fractional seed" 2 "$dynrt" bench routing --seed 1.5 --out /tmp/dynrt-cli-nan.$$
 check "bench ablation refuses a load past twice saturation" 2 "$dynrt" bench ablation routing --loads 3 --out /tmp/dynrt-cli-nan.$$
 contains "names the command refused" /tmp/dynrt-cli-err.$$ "dynrt bench ablation: a load is a fraction of the saturation rate"
 [ -e /tmp/dynrt-cli-nan.$$ ] && { echo "FAIL a refused bench wrote its output folder"; fails=$((fails + 1)); }

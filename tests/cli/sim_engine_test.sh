@@ -36,6 +36,8 @@ contains "slots out of range names it" "$tmp/err" "--slots"
 check "a NaN time scale" 2 "$engine" --time-scale nan --port 0
 contains "a NaN time scale names it" "$tmp/err" "--time-scale: Value nan is not a finite number of 0 or more"
 check "an infinite interference scale" 2 "$engine" --interference-scale inf --port 0
+check "a negative seed" 2 "$engine" --seed -1 --port 0
+contains "a negative seed is refused, not wrapped" "$tmp/err" "--seed: Value -1 is not a whole number"
 printf '# a comment\n{"response": 3}\n' >"$tmp/bad.jsonl"
 check "bad script" 2 "$engine" --script "$tmp/bad.jsonl"
 contains "bad script names the line" "$tmp/err" "script line 2: needs a string \"response\""
