@@ -3,6 +3,7 @@
 #include "bench/driver.hpp"
 #include "bench/workloads.hpp"
 #include "dsl/lint.hpp"
+#include "dsl/report.hpp"
 #include "engines/sim/engine.hpp"
 #include "engines/tools/corpus.hpp"
 #include "runtime/endpoints.hpp"
@@ -257,6 +258,17 @@ struct Bench {
 Report run_history(const RunOptions& o) {
   Report total;
   const auto lint = dsl::lint_paths({o.templates});
+  // A runtime loads no folder with an error in it: say why, rather than "no template".
+  if (!lint.usage_errors.empty() || lint.count(dsl::Severity::error) > 0) {
+    std::string why = !lint.usage_errors.empty() ? lint.usage_errors.front()
+                                                 : "the templates in " + o.templates +
+                                                       " have errors:\n" + dsl::format_text(lint);
+    while (!why.empty() && why.back() == '\n')
+      why.pop_back();
+    total.examples.push_back(why);
+    ++total.errors;
+    return total;
+  }
   std::vector<std::unique_ptr<Bench>> benches;
   for (std::size_t i = 0; i < o.workloads.size(); ++i) {
     auto b = std::make_unique<Bench>();
