@@ -314,7 +314,8 @@ void add_sweep(CLI::App& bench, const std::string& kind, std::function<int()>& r
         "sweep", "Latency against load: every arm at fractions of the floor's saturation rate");
     cmd->footer(
         "Finds the rate at which the floor saturates the simulated engine for each workload (a\n"
-        "burst of runs arriving at once: 90% of them over the time until 90% finished), then\n"
+        "burst of runs arriving at once, drawn from seed 1 whatever --seed is: 90% of them over\n"
+        "the time until 90% finished), then\n"
         "runs every arm at each load (a fraction of that rate) for each seed, in simulated\n"
         "time. The first 20% of the runs, or the first 30 simulated seconds if longer, and\n"
         "the last 10%, or the last 30 simulated seconds if longer (runs are added), are left\n"
