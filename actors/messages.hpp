@@ -16,6 +16,7 @@
 #include "engines/engine.hpp"
 #include "engines/router.hpp"
 #include "run/journal.hpp"
+#include "run/misdirected.hpp"
 #include "run/results.hpp"
 #include "run/stage.hpp"
 #include "runtime/admission/controller.hpp"
@@ -33,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -117,6 +119,9 @@ struct Counters {
       shadows_discarded{0}, writes{0}, workflows_live{0}, coalesced{0}, runs_evicted{0},
       runs_expired{0}, fills_running{0}, runs_refused{0}, emissions{0}, fills_outrun{0},
       fills_emitted{0}, draft_samples{0}, fills_promoted{0}, fills_requeued{0};
+  // Tagged calls passed through because their tags named nothing loaded (run/misdirected.hpp).
+  std::atomic<std::uint64_t> tags_no_workflow{0}, tags_unknown_workflow{0}, tags_no_run_id{0},
+      tags_unknown_stage{0};
   std::atomic<std::uint64_t> next_id{1};  // branch and fill ids, unique in the process
   // Engine time: of results served without execution, of fills nobody consumed, and (part of
   // the latter) of fill requests that ended without a result (failed, or cancelled midway).
@@ -125,6 +130,24 @@ struct Counters {
 };
 
 class StatsBoard;
+
+// Counts a misdirected call and tells RuntimeConfig::on_misdirected of each kind of them once:
+// per reason, workflow and stage, for the first kMaxKinds kinds, so that a client sending ever
+// new names cannot flood the log (the counters count every call). Thread-safe.
+class MisdirectedNotices {
+ public:
+  static constexpr std::size_t kMaxKinds = RuntimeConfig::kMisdirectedKindsTold;
+  MisdirectedNotices(std::shared_ptr<Counters> counters,
+                     std::function<void(const nlohmann::json&)> hear)
+      : counters_(std::move(counters)), hear_(std::move(hear)) {}
+  void notice(const run::Misdirected& m);
+
+ private:
+  std::shared_ptr<Counters> counters_;
+  std::function<void(const nlohmann::json&)> hear_;
+  std::mutex mutex_;
+  std::set<std::string> told_;
+};
 
 // The journals of ended workflow runs, for `dynrt explain`: bounded by count (the oldest go
 // first) and by age. Thread-safe: workflow actors keep, Runtime::explain() reads.
@@ -186,6 +209,7 @@ struct Services {
   std::shared_ptr<LifeGate> life;
   std::shared_ptr<RunRecords> records;  // ended runs' journals (`dynrt explain`)
   std::function<void(const nlohmann::json&)> on_near_miss;  // RuntimeConfig::on_near_miss
+  std::shared_ptr<MisdirectedNotices> misdirected;          // RuntimeConfig::on_misdirected
   Policy policy;
 
   // The actor that runs `endpoint` with `body` (a model's engine, or the tools).

@@ -49,6 +49,7 @@ struct RootInit {
   RuntimeConfig config;
   std::shared_ptr<RunRecords> records;
   std::shared_ptr<Counters> counters;
+  std::shared_ptr<MisdirectedNotices> notices;
   std::shared_ptr<StatsBoard> board;
   std::shared_ptr<TimeService> time;
   std::shared_ptr<LifeGate> life;
@@ -159,6 +160,7 @@ behavior root_actor(RootSelf self, std::shared_ptr<const RootInit> init) {
   svc->policy = policy_of(cfg);
   svc->records = init->records;
   svc->on_near_miss = cfg.on_near_miss;
+  svc->misdirected = init->notices;
   PricingConfig pricing;
   pricing.admission = cfg.admission;
   pricing.costs = cfg.costs;
@@ -506,6 +508,16 @@ struct Runtime::Impl {
     return workflow_set.count(workflow) > 0;
   }
 
+  // A tagged call no template claims: say why (its tags name nothing loaded).
+  void misdirected(const Tags& tags) {
+    std::optional<run::Misdirected> m;
+    {
+      std::shared_lock lock(templates_mutex);
+      m = run::misdirected_call(tags, names, workflow_set.count(tags.workflow) > 0);
+    }
+    if (m) notices->notice(*m);
+  }
+
   // Counts of recognition (RuntimeStats::Recognition); calls recognize on their own threads.
   struct RecognitionCounts {
     mutable std::mutex mutex;
@@ -569,6 +581,7 @@ struct Runtime::Impl {
   }
 
   std::shared_ptr<Counters> counters = std::make_shared<Counters>();
+  std::shared_ptr<MisdirectedNotices> notices;  // shared with the actors (Services)
   std::shared_ptr<StatsBoard> board = std::make_shared<StatsBoard>();
   std::shared_ptr<TimeService> time;     // the configured one, or own_time
   std::shared_ptr<SystemTime> own_time;  // when none was configured
@@ -630,6 +643,8 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(RuntimeConfig config,
   init->records = std::make_shared<RunRecords>(
       config.explain_runs, std::chrono::duration_cast<Duration>(config.explain_keep));
   init->counters = impl->counters;
+  impl->notices = std::make_shared<MisdirectedNotices>(impl->counters, config.on_misdirected);
+  init->notices = impl->notices;
   init->board = impl->board;
   init->time = impl->time;
   init->life = impl->life_gate;
@@ -682,6 +697,7 @@ CallId Runtime::complete(Request request, ReplyCallbacks callbacks) {
       // Engine::submit never blocks, and two mailbox hops are saved on the transparent path.
       const auto& tags = request.tags;
       if (tags.workflow_id.empty() || !impl_->claims(tags.workflow)) {
+        if (!tags.empty()) impl_->misdirected(tags);
         forward(*impl_->services, request, std::move(sink));
         return id;
       }

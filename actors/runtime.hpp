@@ -113,6 +113,14 @@ struct RuntimeConfig {
   // call whose body differs from what the template renders). Gets {workflow, id, tenant,
   // call} with the call as explain() reports it. Runs on an actor's thread: must not block.
   std::function<void(const nlohmann::json&)> on_near_miss;
+  // Hears of a tagged call whose tags name nothing loaded, so that it passed through to its
+  // engine unchanged, with no fills and no reuse (run/misdirected.hpp): {reason, workflow,
+  // stage, detail}, reason one of no_workflow, unknown_workflow, no_workflow_id and
+  // unknown_stage, detail a sentence naming what was sent and what would be accepted. Once
+  // per reason, workflow and stage, for the first kMisdirectedKindsTold of those (RuntimeStats
+  // counts every call). Runs on the caller's thread or an actor's: must not block.
+  std::function<void(const nlohmann::json&)> on_misdirected;
+  static constexpr std::size_t kMisdirectedKindsTold = 256;
   int decode_slots = 0;  // the engines' decode slots for pricing; 0: from the engine's load
   double kv_tokens = 0;  // the engines' KV pool in tokens for pricing; 0: from the engine
   csl::Limits csl;
@@ -136,6 +144,11 @@ struct RuntimeStats {
   std::uint64_t served_fill = 0;
   std::uint64_t served_cache = 0;
   std::uint64_t passthrough = 0;  // untagged or unknown workflow or stage
+  // Of those, tagged calls whose tags named nothing loaded (RuntimeConfig::on_misdirected).
+  std::uint64_t tags_no_workflow = 0;       // a run id or stage without a workflow
+  std::uint64_t tags_unknown_workflow = 0;  // a workflow no template defines
+  std::uint64_t tags_no_run_id = 0;         // a loaded workflow without a run id
+  std::uint64_t tags_unknown_stage = 0;     // a stage the workflow does not have
   std::uint64_t errors = 0;
   std::uint64_t waits = 0;          // demands that waited for an in-flight fill
   std::uint64_t wait_timeouts = 0;  // ... and ran themselves after the bound

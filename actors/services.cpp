@@ -114,6 +114,25 @@ class DirectSink final : public engines::ResponseSink {
 
 }  // namespace
 
+void MisdirectedNotices::notice(const run::Misdirected& m) {
+  if (m.reason == "no_workflow")
+    ++counters_->tags_no_workflow;
+  else if (m.reason == "unknown_workflow")
+    ++counters_->tags_unknown_workflow;
+  else if (m.reason == "no_workflow_id")
+    ++counters_->tags_no_run_id;
+  else
+    ++counters_->tags_unknown_stage;
+  if (!hear_) return;
+  {
+    std::lock_guard lock(mutex_);
+    if (told_.size() >= kMaxKinds) return;
+    if (!told_.insert(m.reason + '\0' + m.workflow + '\0' + m.stage).second) return;
+  }
+  hear_(nlohmann::json{
+      {"reason", m.reason}, {"workflow", m.workflow}, {"stage", m.stage}, {"detail", m.detail}});
+}
+
 void forward(const Services& svc, const Request& request, std::shared_ptr<ReplySink> sink) {
   ++svc.counters->passthrough;
   ++svc.counters->served_engine;

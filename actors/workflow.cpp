@@ -99,6 +99,24 @@ bool near_miss(const run::Why& why) {
   }
 }
 
+// Tells `RuntimeConfig::on_near_miss` of the journal's call `id`, if it is a near miss.
+void tell_near_miss(Self self, std::uint64_t id) {
+  auto& st = self->state;
+  const auto& svc = svc_of(self);
+  if (!svc.on_near_miss || !st.journal) return;
+  const auto* c = st.journal->call(id);
+  if (!c || !c->why || !near_miss(*c->why)) return;
+  auto e = explanation(self, true);
+  for (auto& call : e["calls"])
+    if (call["seq"] == c->seq) {
+      svc.on_near_miss(nlohmann::json{{"workflow", st.init.graph->workflow},
+                                      {"id", st.init.id},
+                                      {"tenant", st.init.caller.tenant},
+                                      {"call", call}});
+      return;
+    }
+}
+
 // Carries out what the run's state says: abandon, resolve, open branches.
 void apply(Self self, RunEffects fx) {
   auto& st = self->state;
@@ -191,18 +209,7 @@ void answer(Self self, run::demand::Answer a) {
     if (const auto* stage = st.init.graph->stage(it->second->request.tags.stage)) {
       st.journal->answered(a.id, *stage, it->second->request.body, a.reply.served, a.reply.status,
                            a.trace, st.run->vars(), run_ms(self));
-      const auto* c = st.journal->call(a.id);
-      if (svc.on_near_miss && c && c->why && near_miss(*c->why)) {
-        auto e = explanation(self, true);
-        for (auto& call : e["calls"])
-          if (call["seq"] == c->seq) {
-            svc.on_near_miss(nlohmann::json{{"workflow", st.init.graph->workflow},
-                                            {"id", st.init.id},
-                                            {"tenant", st.init.caller.tenant},
-                                            {"call", call}});
-            break;
-          }
-      }
+      tell_near_miss(self, a.id);
     }
   it->second->sink->done(std::move(a.reply));  // which counts an error answer
   st.demands.erase(it);
@@ -305,6 +312,11 @@ void on_demand(Self self, const DemandPtr& d) {
   }
   if (!stage || stage->kind == dsl::StageKind::user) {
     if (st.journal) st.journal->passed(d->id, !stage);
+    if (!stage) {
+      if (const auto m = run::misdirected_stage(d->request.tags, *st.init.graph))
+        svc_of(self).misdirected->notice(*m);
+      tell_near_miss(self, d->id);
+    }
     forward(svc_of(self), d->request, d->sink);
     return;
   }

@@ -447,19 +447,21 @@ Expected<std::shared_ptr<spdlog::logger>> make_logger(const ServeOptions& o) {
   return std::shared_ptr<spdlog::logger>(std::move(logger));
 }
 
+// A JSON log line (--log-format json): its time, level and message, then `fields`.
+std::string json_line(const char* level, const char* msg, const nlohmann::json& fields) {
+  const auto now = std::chrono::system_clock::now();
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+  nlohmann::json line = {{"ts_ms", ms}, {"level", level}, {"msg", msg}};
+  line.update(fields);
+  return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 // One line per near miss: what `dynrt explain` says of the call.
 void log_near_miss(spdlog::logger& log, const nlohmann::json& miss, bool json_format) {
+  if (json_format) return log.debug(json_line("debug", "near miss", miss));
   const auto& call = miss["call"];
   const auto& why = call["why"];
-  if (json_format) {
-    const auto now = std::chrono::system_clock::now();
-    const auto ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-    nlohmann::json line = {{"ts_ms", ms}, {"level", "debug"}, {"msg", "near miss"}};
-    line.update(miss);
-    log.debug(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-    return;
-  }
   std::string text = "near miss: " + miss.value("workflow", "") + "/" + miss.value("id", "") +
                      " #" + std::to_string(call.value("seq", 0)) + " " + call.value("stage", "") +
                      ": " + why.value("reason", "") + ": " + why.value("detail", "");
@@ -471,6 +473,13 @@ void log_near_miss(spdlog::logger& log, const nlohmann::json& miss, bool json_fo
                 (d.contains("sent") ? d["sent"].dump() : "(absent)");
       }
   log.debug(text);
+}
+
+// One line per kind of tagged call whose tags named nothing loaded (each kind once; the
+// dynrt_tags_ignored_total counter counts every call).
+void log_misdirected(spdlog::logger& log, const nlohmann::json& m, bool json_format) {
+  if (json_format) return log.warn(json_line("warn", "tags ignored", m));
+  log.warn(m.value("detail", "") + " (logged once; dynrt_tags_ignored_total counts each call)");
 }
 
 // `o` is the options the command line was parsed into: a --config value is given to its flag's
@@ -573,6 +582,11 @@ int serve(ServeOptions& o, CLI::App& cmd) {
     config.on_near_miss = [logger = *logger,
                            json_format = o.log_format == "json"](const nlohmann::json& miss) {
       log_near_miss(*logger, miss, json_format);
+    };
+  if ((*logger)->should_log(spdlog::level::warn))
+    config.on_misdirected = [logger = *logger,
+                             json_format = o.log_format == "json"](const nlohmann::json& m) {
+      log_misdirected(*logger, m, json_format);
     };
   std::vector<std::string> models;
   const engines::SimSpec sim{o.sim_slots, o.time_scale, o.script, o.sim_profile,

@@ -198,6 +198,10 @@ TEST(Metrics, EveryMetricHasItsValueInAScriptedScenario) {
       {R"(dynrt_requests_total{served="cache"})", o.served.at(Served::cache)},
       {"dynrt_calls_received_total", o.calls},
       {"dynrt_passthrough_total", 2},  // the untagged call and the tool call
+      {R"(dynrt_tags_ignored_total{reason="no_workflow"})", 0},  // every tag named a stage
+      {R"(dynrt_tags_ignored_total{reason="unknown_workflow"})", 0},
+      {R"(dynrt_tags_ignored_total{reason="no_workflow_id"})", 0},
+      {R"(dynrt_tags_ignored_total{reason="unknown_stage"})", 0},
       {"dynrt_errors_total", o.errors},
       {"dynrt_waits_total", o.waited},
       {"dynrt_wait_timeouts_total", 0},  // every fill ended within its wait's bound

@@ -6,6 +6,9 @@
 - `dynrt explain --url URL RUN_ID` prints the same (text and --format json); an unknown run is
   exit 1 with the server's 404 message.
 - `--log-level debug --log-format json` logs one JSON line per near miss, naming the path.
+- Calls whose tags name nothing loaded (a misspelt workflow or stage, a workflow without a run
+  id) pass through, are counted by reason in /metrics, and are logged once per kind at warn,
+  with the closest loaded name; a misspelt stage is also a near miss of its run.
 - With keys: a key reads its own tenant's runs only; another tenant's key gets 404, and
   ?tenant= of another tenant is 403 unless the key is an admin's.
 usage: explain_e2e.py DYNRT SIM   (run from the repository root)
@@ -19,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from checks import Output, check, launch, scratch, stop, summary
+from checks import Output, check, launch, metrics, scratch, stop, summary
 
 DYNRT, SIM = sys.argv[1], sys.argv[2]
 ROUTER_SYSTEM = ("You route requests to handlers. Think step by step, then end with one line "
@@ -133,10 +136,43 @@ def main():
     check(len(misses) == 1 and misses[0]["id"] == "ticket-1" and
           any(d["path"] == "/max_completion_tokens" for d in misses[0]["call"]["why"]["diff"]),
           "one near-miss line for the handler, with its diff: %s" % misses)
+
+    # Tags that name nothing loaded: the calls pass through, counted; each kind is logged once.
+    body = chat(ROUTER_SYSTEM, "[route email] hello", max_tokens=512)
+    sent = [({"X-DynRT-Workflow": "routng", "X-DynRT-Workflow-Id": "t-2", "X-DynRT-Stage": "router"}, 2),
+            ({"X-DynRT-Workflow": "routing", "X-DynRT-Stage": "router"}, 1),
+            ({"X-DynRT-Workflow": "routing", "X-DynRT-Workflow-Id": "t-3", "X-DynRT-Stage": "routr"}, 1)]
+    for headers, times in sent:
+        for _ in range(times):
+            s, h, b = request(port, "POST", "/v1/chat/completions", body, headers)
+            check(s == 200 and h.get("X-DynRT-Served") == "engine",
+                  "a call tagged %s passes through: %d %s" % (headers, s, b[:200]))
+    m = metrics(port)
+    check(m.get('dynrt_tags_ignored_total{reason="unknown_workflow"}') == 2 and
+          m.get('dynrt_tags_ignored_total{reason="no_workflow_id"}') == 1 and
+          m.get('dynrt_tags_ignored_total{reason="unknown_stage"}') == 1,
+          "/metrics counts each call by reason: %s" %
+          {k: v for k, v in m.items() if k.startswith("dynrt_tags_ignored_total")})
+    log.wait_for('"id":"t-3"')  # the near miss, logged after the stage's warn line
+    lines = [json.loads(l) for l in log.text.splitlines() if l.startswith("{")]
+    told = [l for l in lines if l.get("msg") == "tags ignored"]
+    check(sorted(l["reason"] for l in told) == ["no_workflow_id", "unknown_stage", "unknown_workflow"]
+          and all(l["level"] == "warn" for l in told),
+          "one warn line per kind, the repeated call not again: %s" % told)
+    by_reason = {l["reason"]: l for l in told}
+    check("'routng'" in by_reason.get("unknown_workflow", {}).get("detail", "") and
+          "did you mean 'routing'?" in by_reason.get("unknown_workflow", {}).get("detail", ""),
+          "the misspelt workflow's line names it and the closest loaded one: %s" %
+          by_reason.get("unknown_workflow"))
+    check("did you mean 'router'?" in by_reason.get("unknown_stage", {}).get("detail", ""),
+          "the misspelt stage's line names the closest stage: %s" % by_reason.get("unknown_stage"))
+    misses = [l for l in lines if l.get("msg") == "near miss" and l.get("id") == "t-3"]
+    check(len(misses) == 1 and misses[0]["call"]["why"]["reason"] == "unknown_stage",
+          "the misspelt stage is a near miss of its run: %s" % misses)
     stop(gw)
     # --record: each tagged call, in order, with its request and response as they went.
     with open(record) as f:
-        recorded = [json.loads(line) for line in f if line.strip()]
+        recorded = [r for r in map(json.loads, filter(str.strip, f)) if r.get("id") == "ticket-1"]
     check([(r["id"], r["stage"]) for r in recorded] == [("ticket-1", "router"), ("ticket-1", "handle")],
           "the two tagged calls are recorded: %s" % [(r["id"], r["stage"]) for r in recorded])
     if len(recorded) == 2:
