@@ -122,6 +122,10 @@ an unknown log level|log: {level: loud}\n|1:14: log.level: --log-level: loud not
 a list for a number|threads: [1, 2]\n|1:10: threads must be a single value
 CASES
 rm -f "$cfg"
+check "serve refuses an engine URL without a host" 2 timeout 20 "$dynrt" serve templates --engine http:// --port 0
+contains "says the host is missing" /tmp/dynrt-cli-err.$$ 'engine "http://" is not a URL: No host part in the URL'
+check "serve refuses an engine URL with credentials" 2 timeout 20 "$dynrt" serve templates --engine http://me:s3cret@127.0.0.1:8000 --port 0
+grep -q s3cret /tmp/dynrt-cli-err.$$ && { echo "FAIL the refusal repeats the password"; fails=$((fails + 1)); }
 
 # template draft: a recording of two workflows, a line that is not a call, usage errors.
 rec=/tmp/dynrt-cli-rec.$$.jsonl
