@@ -30,6 +30,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -210,8 +211,19 @@ bool load_http_tools(const std::string& path, const YAML::Node& t, ServeOptions&
 // after). Errors name the file and the key.
 bool load_config(const std::string& path, ServeOptions& o, CLI::App& cmd) {
   YAML::Node root;
+  // No position to give where the file cannot be opened (yaml-cpp's message says 0:0, and a
+  // folder opens and then fails to read).
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    std::cerr << "dynrt serve: --config " << path << ": a folder, not a file\n";
+    return false;
+  }
   try {
     root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    std::cerr << "dynrt serve: --config " << path << ": "
+              << (std::filesystem::exists(path, ec) ? "cannot be read" : "no such file") << "\n";
+    return false;
   } catch (const YAML::Exception& e) {
     std::cerr << "dynrt serve: " << path << ":" << e.mark.line + 1 << ":" << e.mark.column + 1
               << ": " << e.msg << "\n";

@@ -35,6 +35,11 @@ constexpr std::size_t kMaxLineBytes = 64u << 20;
 // config's HTTP tools that list `reads` and no `writes`.
 bool read_tools(const DraftArgs& a, dsl::DraftOptions& o) {
   if (!a.corpus.empty()) {
+    std::error_code ec;  // a folder opens as a stream, and reading it throws
+    if (std::filesystem::is_directory(a.corpus, ec)) {
+      std::cerr << "dynrt template draft: --corpus " << a.corpus << ": a folder, not a file\n";
+      return false;
+    }
     std::ifstream in(a.corpus);
     const json corpus = json::parse(in, nullptr, false);
     if (!in || corpus.is_discarded() || !corpus.is_object()) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -185,6 +186,10 @@ Expected<Script> Script::parse(std::string_view text) {
 }
 
 Expected<Script> Script::load(const std::string& path) {
+  // A folder opens as a stream and reads as nothing: an empty script, had it not been refused.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return make_error("the script " + path + " is a folder, not a file");
   std::ifstream in(path, std::ios::binary);
   if (!in) return make_error("cannot read the script " + path);
   std::ostringstream text;

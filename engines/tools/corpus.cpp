@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -178,6 +179,10 @@ Expected<ToolResult> Corpus::run(const ToolCall& call) {
 }
 
 Expected<std::shared_ptr<Corpus>> load_corpus(const std::string& path) {
+  // A folder opens as a stream, and reading it throws.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return make_error("the corpus " + path + " is a folder, not a file");
   std::ifstream in(path);
   const auto doc = json::parse(in, nullptr, false);
   if (!in.good() && !in.eof()) return make_error("cannot read " + path);

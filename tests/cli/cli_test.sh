@@ -122,6 +122,15 @@ an unknown log level|log: {level: loud}\n|1:14: log.level: --log-level: loud not
 a list for a number|threads: [1, 2]\n|1:10: threads must be a single value
 CASES
 rm -f "$cfg"
+check "serve refuses a --config that is not there" 2 timeout 20 "$dynrt" serve templates --config /tmp/dynrt-cli-none.$$.yaml --port 0
+contains "says so" /tmp/dynrt-cli-err.$$ "dynrt serve: --config /tmp/dynrt-cli-none.$$.yaml: no such file"
+check "serve refuses a folder as --config" 2 timeout 20 "$dynrt" serve templates --config templates --port 0
+contains "says it is a folder" /tmp/dynrt-cli-err.$$ "--config templates: a folder, not a file"
+# A folder opens as a stream on Linux: reading it threw (exit 3), or read as an empty file.
+check "serve refuses a folder as --corpus" 2 timeout 20 "$dynrt" serve templates --corpus templates --port 0
+contains "says the corpus is a folder" /tmp/dynrt-cli-err.$$ "the corpus templates is a folder, not a file"
+check "serve refuses a folder as --script" 2 timeout 20 "$dynrt" serve templates --script templates --port 0
+check "template draft refuses a folder as --corpus" 2 "$dynrt" template draft --corpus templates /dev/null
 check "serve refuses an engine URL without a host" 2 timeout 20 "$dynrt" serve templates --engine http:// --port 0
 contains "says the host is missing" /tmp/dynrt-cli-err.$$ 'engine "http://" is not a URL: No host part in the URL'
 check "serve refuses an engine URL with credentials" 2 timeout 20 "$dynrt" serve templates --engine http://me:s3cret@127.0.0.1:8000 --port 0

@@ -43,6 +43,8 @@ check "bad script" 2 "$engine" --script "$tmp/bad.jsonl"
 contains "bad script names the line" "$tmp/err" "script line 2: needs a string \"response\""
 check "missing script" 2 "$engine" --script "$tmp/none.jsonl"
 contains "missing script names the file" "$tmp/err" "cannot read the script"
+check "a folder as the script" 2 "$engine" --script "$tmp" --port 0
+contains "a folder as the script is said to be one" "$tmp/err" "the script $tmp is a folder, not a file"
 check "bad host" 1 "$engine" --host not-an-address
 contains "bad host" "$tmp/err" "cannot listen on not-an-address:0"
 
