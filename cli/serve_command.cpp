@@ -500,8 +500,16 @@ int serve(ServeOptions& o, CLI::App& cmd) {
   const sigset_t signals = control_signals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   if (!o.config.empty() && !load_config(o.config, o, cmd)) return kExitUsage;
-  for (const auto& f : o.engine_flags)
+  for (const auto& f : o.engine_flags) {
     o.engines.push_back(parse_engine_flag(f));
+    // "=URL" or ",=URL": a model list was begun and left empty (a shell variable that was
+    // not set, say), which would silently make the engine take no model by name.
+    if (o.engines.back().models.empty() && f.find('=') < f.find("://")) {
+      std::cerr << "dynrt serve: --engine " << f
+                << ": no model name before '='; give MODEL[,MODEL...]=URL, or the URL alone\n";
+      return kExitUsage;
+    }
+  }
   if (o.engines.empty()) o.engines.push_back(engines::EngineSpec{});
   if (o.tls_cert.empty() != o.tls_key.empty()) {
     std::cerr << "dynrt serve: TLS needs both a certificate and its key: give --tls-cert and "

@@ -131,6 +131,8 @@ check "serve refuses a folder as --corpus" 2 timeout 20 "$dynrt" serve templates
 contains "says the corpus is a folder" /tmp/dynrt-cli-err.$$ "the corpus templates is a folder, not a file"
 check "serve refuses a folder as --script" 2 timeout 20 "$dynrt" serve templates --script templates --port 0
 check "template draft refuses a folder as --corpus" 2 "$dynrt" template draft --corpus templates /dev/null
+check "serve refuses an empty model list" 2 timeout 20 "$dynrt" serve templates --engine =http://127.0.0.1:8000 --port 0
+contains "says what to give" /tmp/dynrt-cli-err.$$ "no model name before '='"
 check "serve refuses an engine URL without a host" 2 timeout 20 "$dynrt" serve templates --engine http:// --port 0
 contains "says the host is missing" /tmp/dynrt-cli-err.$$ 'engine "http://" is not a URL: No host part in the URL'
 check "serve refuses an engine URL with credentials" 2 timeout 20 "$dynrt" serve templates --engine http://me:s3cret@127.0.0.1:8000 --port 0
