@@ -5,6 +5,7 @@
 #include "cli/number_checks.hpp"
 #include "dsl/lint.hpp"
 #include "dsl/report.hpp"
+#include "dsl/suggest.hpp"
 #include "engines/factory.hpp"
 #include "engines/sim/profiles.hpp"
 #include "engines/tools/corpus.hpp"
@@ -207,6 +208,68 @@ bool load_http_tools(const std::string& path, const YAML::Node& t, ServeOptions&
   return true;
 }
 
+// The configuration's sections and their keys. A key that is not here is a typo, refused at
+// its position with the closest known key, not a setting silently left at its default.
+// `tools` (its keys are the tools' names, checked by load_http_tools) and `auth` (checked by
+// gateway::parse_keys) are free-form here.
+bool check_config_keys(const std::string& path, const YAML::Node& root) {
+  using Keys = std::vector<std::string>;
+  const auto listed = [](const Keys& keys) {
+    std::string out;
+    for (const auto& k : keys)
+      out += (out.empty() ? "" : ", ") + k;
+    return out;
+  };
+  const auto known = [&](const YAML::Node& map, const std::string& where, const Keys& keys) {
+    if (!map.IsMap())
+      return config_error(
+          path, map,
+          (where.empty() ? "the configuration" : where) + " must be a map (" + listed(keys) + ")");
+    for (const auto& kv : map) {
+      const auto key = kv.first.as<std::string>();
+      if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
+      std::string what = (where.empty() ? "" : where + ": ") + "unknown key '" + key + "'";
+      if (const auto s = dsl::closest(key, keys))
+        what += "; did you mean '" + *s + "'?";
+      else
+        what += " (" + listed(keys) + ")";
+      return config_error(path, kv.first, what);
+    }
+    return true;
+  };
+  if (!root || root.IsNull()) return true;  // an empty file: every default
+  if (!known(root, "",
+             {"listen", "engines", "sim", "tools", "switches", "limits", "auth", "shared_stages",
+              "record", "library", "log", "explain", "threads", "io_threads"}))
+    return false;
+  const std::vector<std::pair<const char*, Keys>> sections = {
+      {"listen", {"host", "port", "tls_cert", "tls_key"}},
+      {"sim", {"time_scale", "slots", "profile", "interference_scale", "script"}},
+      {"switches", {"reuse", "fills", "emission"}},
+      {"limits",
+       {"max_body_bytes", "max_header_bytes", "header_timeout_ms", "idle_timeout_ms",
+        "max_connections", "workflow_idle_ms", "max_live_runs", "shutdown_grace_ms"}},
+      {"log", {"level", "format"}},
+      {"explain", {"runs", "keep_s"}}};
+  for (const auto& [name, keys] : sections)
+    if (const auto s = root[name]; s && !known(s, name, keys)) return false;
+  if (const auto tools = root["tools"]; tools && !tools.IsMap())
+    return config_error(path, tools,
+                        "tools must be a map (corpus, allow_hosts, and a tool by name)");
+  if (const auto shared = root["shared_stages"]; shared && !shared.IsSequence())
+    return config_error(path, shared, "shared_stages must be a list of WORKFLOW.STAGE names");
+  if (const auto es = root["engines"]) {
+    if (!es.IsSequence())
+      return config_error(path, es, "engines must be a list of engines, each {url, models, ...}");
+    for (const auto& e : es)
+      if (!known(e, "engines[]",
+                 {"url", "urls", "models", "flavor", "max_num_seqs", "concurrency", "batches",
+                  "prefill_ms_per_token", "lone_token_ms", "api_key"}))
+        return false;
+  }
+  return true;
+}
+
 // Reads the YAML configuration into `o`; flags given on the command line win (they are applied
 // after). Errors name the file and the key.
 bool load_config(const std::string& path, ServeOptions& o, CLI::App& cmd) {
@@ -246,6 +309,7 @@ bool load_config(const std::string& path, ServeOptions& o, CLI::App& cmd) {
     return true;
   };
   try {
+    if (!check_config_keys(path, root)) return false;
     if (const auto l = root["listen"]) {
       if (!set(l["host"], "listen.host", "--host") || !set(l["port"], "listen.port", "--port") ||
           !set(l["tls_cert"], "listen.tls_cert", "--tls-cert") ||

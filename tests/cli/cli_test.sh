@@ -120,6 +120,10 @@ a negative body limit|limits: {max_body_bytes: -1}\n|1:26: limits.max_body_bytes
 zero connections|limits: {max_connections: 0}\n|1:27: limits.max_connections:
 an unknown log level|log: {level: loud}\n|1:14: log.level: --log-level: loud not in
 a list for a number|threads: [1, 2]\n|1:10: threads must be a single value
+a misspelt section|enginse: []\n|1:1: unknown key 'enginse'; did you mean 'engines'?
+a misspelt engine key|engines:\n  - url: http://127.0.0.1:8000\n    max_num_seq: 2\n|3:5: engines[]: unknown key 'max_num_seq'; did you mean 'max_num_seqs'?
+an unknown limit|limits: {max_body: 5}\n|1:10: limits: unknown key 'max_body' (max_body_bytes,
+a list as the whole file|[1, 2]\n|1:1: the configuration must be a map
 CASES
 rm -f "$cfg"
 check "serve refuses a --config that is not there" 2 timeout 20 "$dynrt" serve templates --config /tmp/dynrt-cli-none.$$.yaml --port 0
