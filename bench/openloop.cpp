@@ -704,11 +704,17 @@ Graphs load_graphs(const std::string& templates, const std::vector<std::string>&
   }
   for (const auto* g : out.report.graphs())
     out.by_workload[g->workflow] = g;
-  for (const auto& name : workloads)
-    if (!out.by_workload.count(name)) {
+  for (const auto& name : workloads) {
+    const auto g = out.by_workload.find(name);
+    if (g == out.by_workload.end()) {
       out.error = "no template for workload \"" + name + "\" in " + templates;
       return out;
     }
+    if (const auto why = trace_cannot_drive(*g->second)) {
+      out.error = g->second->source_path + ": " + *why;
+      return out;
+    }
+  }
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <random>
 
 namespace dynrt::bench {
@@ -369,6 +370,22 @@ json subagent_plan_request(const Run& run) {
 
 std::string routing_query(const Run& run, std::size_t turn) {
   return run.input + " (turn " + std::to_string(turn) + ")";
+}
+
+std::optional<std::string> trace_cannot_drive(const dsl::TemplateGraph& g) {
+  // The stage each trace scripts or builds its request for, and what the stage must do.
+  static const std::map<std::string, std::pair<std::string, bool>> kNeeds = {
+      {"routing", {"router", true}},  // its scripted answers are keyed on the router's request
+      {"react", {"think", true}},     // the harness builds think's request, hop by hop
+      {"hci", {"offer", false}}};     // its scripted offers are keyed on the offer's request
+  const auto it = kNeeds.find(g.workflow);
+  if (it == kNeeds.end()) return std::nullopt;
+  const auto& [stage, decides] = it->second;
+  const dsl::Stage* s = g.stage(stage);
+  if (s && (!decides || s->decides != dsl::kNoId)) return std::nullopt;
+  return "the " + g.workflow + " template has no stage '" + stage + "'" +
+         (s ? " that decides" : "") + ", which the bench's " + g.workflow +
+         " trace calls by name (the traces follow the shipped templates' stages)";
 }
 
 Workload make_workload(const dsl::TemplateGraph& g, const WorkloadOptions& options) {

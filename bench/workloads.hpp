@@ -83,6 +83,12 @@ struct WorkloadOptions {
 // workflow gives an empty workload.
 Workload make_workload(const dsl::TemplateGraph& graph, const WorkloadOptions& options);
 
+// What a template lacks that the bench's trace for its workflow calls by name (the shipped
+// templates' stages: Routing's router, ReAct's think, HCI's offer), in a sentence; nullopt
+// when the trace can drive it. A renamed stage would otherwise give an empty trace, or runs
+// that all fail.
+std::optional<std::string> trace_cannot_drive(const dsl::TemplateGraph& graph);
+
 // The harness-built request of a deciding stage that has no request template.
 nlohmann::json react_think_request(const Run& run, std::size_t hop);
 nlohmann::json subagent_plan_request(const Run& run);

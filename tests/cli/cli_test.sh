@@ -100,6 +100,11 @@ contains "names the folder" /tmp/dynrt-cli-err.$$ "dynrt bench sweep: the templa
 contains "positions the finding" /tmp/dynrt-cli-err.$$ "$broken/routing.yaml:"
 check "bench bursty refuses a template folder that is not there" 2 "$dynrt" bench bursty react --templates "$broken/none" --seeds 1 --requests 20 --saturation 5 --quiet --out /tmp/dynrt-cli-bench.$$
 contains "says it is not there" /tmp/dynrt-cli-err.$$ "$broken/none: no such file or folder"
+# A clean template the trace cannot drive: Routing's router renamed. Every run would be empty.
+cp templates/*.yaml "$broken"/
+sed -i 's/^  router:/  route:/; s/after: router/after: route/; s/stages: \[router,/stages: [route,/' "$broken/routing.yaml"
+check "bench sweep refuses a template its trace cannot drive" 2 "$dynrt" bench sweep routing --templates "$broken" --seeds 1 --requests 20 --loads 0.3 --saturation 5 --quiet --no-plots --out /tmp/dynrt-cli-bench.$$
+contains "names the stage the trace calls" /tmp/dynrt-cli-err.$$ "$broken/routing.yaml: the routing template has no stage 'router'"
 rm -rf "$broken" /tmp/dynrt-cli-bench.$$
 
 # serve --config: each value is checked as its flag is, and refused at its position before
