@@ -210,19 +210,17 @@ int run_sweep(SweepCli& cli) {
     std::cerr << "dynrt bench " << cli.kind << ": arm " << *twice << " is given twice in --arms\n";
     return kExitUsage;
   }
-  for (std::size_t i = 0; i < o.loads.size(); ++i) {
-    const double u = o.loads[i];
+  for (const double u : o.loads) {
     if (!(u > 0 && u <= 2)) {
       std::cerr << "dynrt bench " << cli.kind
                 << ": a load is a fraction of the saturation rate, in (0, 2]; got " << u << "\n";
       return kExitUsage;
     }
-    // Each load is a cell of every table and plot: a repeat would be measured twice under one
-    // name.
-    if (std::find(o.loads.begin(), o.loads.begin() + i, u) != o.loads.begin() + i) {
-      std::cerr << "dynrt bench " << cli.kind << ": load " << u << " is given twice in --loads\n";
-      return kExitUsage;
-    }
+  }
+  if (const auto twice = repeated(o.loads)) {
+    std::cerr << "dynrt bench " << cli.kind << ": load " << *twice
+              << " is given twice in --loads\n";
+    return kExitUsage;
   }
   // A given rate is not measured, so nothing bounds it: a cell spanning more simulated time
   // than this would take minutes of CPU (the runtime's periodic work runs through all of it).
