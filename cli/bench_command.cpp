@@ -44,6 +44,14 @@ std::string quote(const std::string& s) {
 
 // The first value given twice. Each arm and each rate is a column or a row of every table and a
 // series or a point of every plot: a repeat would run twice and be averaged under one name.
+// " a b c": the arm names, each after a space, for help text and errors.
+std::string arm_list(const std::vector<std::string>& arms) {
+  std::string out;
+  for (const auto& a : arms)
+    out += ' ' + a;
+  return out;
+}
+
 template <class T>
 std::optional<T> repeated(const std::vector<T>& values) {
   for (auto it = values.begin(); it != values.end(); ++it)
@@ -78,10 +86,8 @@ int run_open_loop(const std::string& which, OpenLoopCli& cli) {
   for (const auto& a : o.arms)
     if (std::find(bench::bench_arms().begin(), bench::bench_arms().end(), a) ==
         bench::bench_arms().end()) {
-      std::cerr << "dynrt bench: unknown arm \"" << a << "\"; arms are";
-      for (const auto& k : bench::bench_arms())
-        std::cerr << ' ' << k;
-      std::cerr << "\n";
+      std::cerr << "dynrt bench: unknown arm \"" << a << "\"; arms are"
+                << arm_list(bench::bench_arms()) << "\n";
       return kExitUsage;
     }
   if (const auto twice = repeated(o.arms)) {
@@ -126,9 +132,12 @@ void add_open_loop(CLI::App& bench, const std::string& which, const std::string&
       "once per arm and rate, and writes OUT/results.md (a table per workload and the target\n"
       "checks), OUT/results.json (one record per workload, rate and arm), OUT/traces/*.jsonl\n"
       "(the generated runs) and OUT/plots/*.png (python3-matplotlib). Latencies are simulated\n"
-      "seconds. Arms: floor c1-only c2-only full instcache helium+ spagent static always.\n"
+      "seconds. Arms:" +
+      arm_list(bench::bench_arms()) +
+      ".\n"
       "Exit status 1 if any request failed. See docs/benchmarks.md.");
-  cmd->add_option("--arms", cli->options.arms, "Arms to run (the floor always runs)")
+  cmd->add_option("--arms", cli->options.arms,
+                  "Arms to run (the floor always runs):" + arm_list(bench::bench_arms()))
       ->delimiter(',');
   cmd->add_option("--rate", cli->options.rates,
                   "Arrival rates in requests per simulated second (default 0.12 and 0.8; HCI 0.3 "
@@ -200,10 +209,9 @@ int run_sweep(SweepCli& cli) {
       const double p = std::strtod(a.c_str() + 2, &end);
       if (end && *end == '\0' && end != a.c_str() + 2 && p > 0 && p <= 1) continue;
     }
-    std::cerr << "dynrt bench " << cli.kind << ": unknown arm \"" << a << "\"; arms are";
-    for (const auto& k : known)
-      std::cerr << ' ' << k;
-    std::cerr << (cli.kind == "ablation" ? " (or any p=X with 0 < X <= 1)" : "") << "\n";
+    std::cerr << "dynrt bench " << cli.kind << ": unknown arm \"" << a << "\"; arms are"
+              << arm_list(known) << (cli.kind == "ablation" ? " (or any p=X with 0 < X <= 1)" : "")
+              << "\n";
     return kExitUsage;
   }
   if (const auto twice = repeated(o.arms)) {
@@ -313,26 +321,28 @@ void add_sweep(CLI::App& bench, const std::string& kind, std::function<int()>& r
     cmd->footer(
         "Finds the rate at which the floor saturates the simulated engine for each workload (a\n"
         "burst of runs arriving at once, drawn from seed 1 whatever --seed is: 90% of them over\n"
-        "the time until 90% finished), then\n"
-        "runs every arm at each load (a fraction of that rate) for each seed, in simulated\n"
-        "time. The first 20% of the runs, or the first 30 simulated seconds if longer, and\n"
-        "the last 10%, or the last 30 simulated seconds if longer (runs are added), are left\n"
-        "out of the latencies. Writes OUT/results.md\n"
-        "(per workload: the saturation rate, mean latency ± 1 s.d. over seeds per load and\n"
-        "arm, fills and wasted engine time, and where each arm's answer time went by stage at\n"
-        "the highest load up to 0.85), OUT/results.json (one record per cell: workload,\n"
-        "profile, load, rate, arm, seed, mean_s, p99_s, accuracy, fills_issued,\n"
-        "fills_consumed, wasted_engine_s, fill_p and fill_used_share (the fill gate's mean p\n"
-        "and the share of its fills used), ..., stages: per stage and how its calls were served\n"
-        "(engine, fill, cache) calls_per_run, mean_s, s_per_run; failures and, where runs\n"
-        "failed, first_failure; and the points over seeds) and OUT/plots/*.png. A template\n"
-        "folder with an error is refused with its findings (as dynrt lint prints them), and\n"
-        "one without a stage its trace calls by name (Routing's router, ReAct's think, HCI's\n"
-        "offer).\n"
-        "With --http, each cell of floor, c1-only, c2-only and full runs a second time over\n"
-        "real HTTP: dynrt serve in front of dynrt-sim-engine (both started from the folder of\n"
-        "this dynrt, or PATH, on free loopback ports), in real time at --http-time-scale; the\n"
-        "report then compares the two per cell. See docs/benchmarks.md.");
+        "the time until 90% finished), then runs every arm at each load (a fraction of that rate)\n"
+        "for each seed, in simulated time. The first 20% of the runs, or the first 30 simulated\n"
+        "seconds if longer, and the last 10%, or the last 30 simulated seconds if longer (runs\n"
+        "are added), are left out of the latencies.\n"
+        "\n"
+        "Writes OUT/results.md (per workload: the saturation rate, mean latency ± 1 s.d. over\n"
+        "seeds per load and arm, fills and wasted engine time, and where each arm's answer time\n"
+        "went by stage at the highest load up to 0.85), OUT/results.json (one record per cell:\n"
+        "workload, profile, load, rate, arm, seed, mean_s, p99_s, accuracy, fills_issued,\n"
+        "fills_consumed, wasted_engine_s, fill_p and fill_used_share (the fill gate's mean p and\n"
+        "the share of its fills used), ..., stages: per stage and how its calls were served\n"
+        "(engine, fill, cache) calls_per_run, mean_s, s_per_run; failures and, where runs failed,\n"
+        "first_failure; and the points over seeds) and OUT/plots/*.png.\n"
+        "\n"
+        "A template folder with an error is refused with its findings (as dynrt lint prints\n"
+        "them), and one without a stage its trace calls by name (Routing's router, ReAct's think,\n"
+        "HCI's offer).\n"
+        "\n"
+        "With --http, each cell of floor, c1-only, c2-only and full runs a second time over real\n"
+        "HTTP: dynrt serve in front of dynrt-sim-engine (both started from the folder of this\n"
+        "dynrt, or PATH, on free loopback ports), in real time at --http-time-scale; the report\n"
+        "then compares the two per cell. See docs/benchmarks.md.");
   } else if (kind == "ablation") {
     cmd = bench.add_subcommand(
         "ablation", "The two admission gates priced or open, and fixed thresholds (Figure 13)");
@@ -376,7 +386,10 @@ void add_sweep(CLI::App& bench, const std::string& kind, std::function<int()>& r
   cmd->add_option("--requests", cli->options.requests, "Workflow runs per cell")
       ->check(CLI::Range(20, 100000))
       ->capture_default_str();
-  cmd->add_option("--arms", cli->options.arms, "Arms to run (the floor always runs)")
+  cmd->add_option("--arms", cli->options.arms,
+                  "Arms to run (the floor always runs):" +
+                      arm_list(kind == "ablation" ? bench::ablation_arms() : bench::bench_arms()) +
+                      (kind == "ablation" ? ", or p=X for any 0 < X <= 1" : ""))
       ->delimiter(',');
   cmd->add_option("--interference-scale", cli->options.interference_scale,
                   "The engine's true interference as a multiple of the fit the price curves use")
