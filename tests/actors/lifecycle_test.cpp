@@ -175,13 +175,15 @@ bench::Workload with_router_answers(bench::Workload w, const std::vector<std::st
 }
 
 // Sends fill requests on to the wrapped engine at once, but holds each of the first `demands`
-// canonical requests (a harness's demands) until `fills_each` more fills have reached the
-// engine: the n-th demand goes on once n * fills_each fills were submitted; later demands go
-// on at once. A scenario about what happens to fills
-// when a demand resolves their branch then does not depend on the actor graph issuing them
-// within the demand's few simulated milliseconds, which a sanitized build on a loaded machine
-// does not. A demand held for `guard` is sent on anyway, so a scenario whose fills never come
-// fails on its own assertions instead of hanging.
+// canonical requests (a harness's demands) until `fills_each` more speculative fills have
+// reached the engine: the n-th demand goes on once n * fills_each were submitted; later demands
+// go on at once. A scenario about what happens to fills when a demand resolves their branch
+// then does not depend on the actor graph issuing them within the demand's few simulated
+// milliseconds, which a sanitized build on a loaded machine does not. Only speculative fills
+// count (priority above 0): a fill started for an emitted winner runs at canonical priority
+// (0) after its demand went on, and counted, it would let the next turn's demand go before
+// that turn's fills were issued. A demand held for `guard` is sent on anyway, so a scenario
+// whose fills never come fails on its own assertions instead of hanging.
 class FillsFirstEngine final : public engines::Engine {
  public:
   FillsFirstEngine(std::shared_ptr<engines::Engine> inner, std::size_t fills_each,
@@ -215,12 +217,15 @@ class FillsFirstEngine final : public engines::Engine {
         return h;
       }
     }
+    const bool speculative = request.kind == engines::RequestKind::fill && request.priority > 0;
     forward(h, std::move(request), std::move(sink));
-    {
-      std::lock_guard lock(mutex_);
-      ++fills_;  // counted once it is in the engine
+    if (speculative) {
+      {
+        std::lock_guard lock(mutex_);
+        ++fills_;  // counted once it is in the engine
+      }
+      changed_.notify_all();
     }
-    changed_.notify_all();
     return h;
   }
   void cancel(engines::RequestHandle handle) override {
@@ -289,7 +294,7 @@ class FillsFirstEngine final : public engines::Engine {
   std::map<engines::RequestHandle, Held> held_;
   std::map<engines::RequestHandle, engines::RequestHandle> forwarded_;
   engines::RequestHandle next_ = 1;
-  std::size_t fills_ = 0;     // fill requests sent on so far
+  std::size_t fills_ = 0;     // speculative fill requests sent on so far
   std::size_t gated_ = 0;     // demands held so far
   std::size_t released_ = 0;  // demands sent on so far
   std::vector<int> fill_priorities_;
