@@ -141,6 +141,9 @@ std::string format_json(const LintReport& report) {
                     {"warnings", report.count(Severity::warning)},
                     {"infos", report.count(Severity::info)},
                     {"suppressed", report.suppressed}};
+  // A path that could not be read is no finding, but a reader of the document alone must not
+  // take it for a clean lint (the exit status is 2 then).
+  out["errors"] = report.usage_errors;
   return out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
@@ -182,6 +185,14 @@ std::string format_sarif(const LintReport& report, std::string_view tool_version
   run["tool"] = {{"driver", std::move(driver)}};
   run["columnKind"] = "unicodeCodePoints";
   run["results"] = std::move(results);
+  // SARIF's place for what kept the tool from linting everything it was given.
+  ordered_json notifications = ordered_json::array();
+  for (const std::string& e : report.usage_errors)
+    notifications.push_back({{"level", "error"}, {"message", {{"text", e}}}});
+  ordered_json invocation;
+  invocation["executionSuccessful"] = report.usage_errors.empty();
+  invocation["toolExecutionNotifications"] = std::move(notifications);
+  run["invocations"] = ordered_json::array({std::move(invocation)});
   ordered_json out;
   out["$schema"] = "https://json.schemastore.org/sarif-2.1.0.json";
   out["version"] = "2.1.0";

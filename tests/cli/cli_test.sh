@@ -48,6 +48,12 @@ contains "stdin name" /tmp/dynrt-cli-out.$$ "<stdin>:12:12: error:"
 
 check "missing path is a usage error" 2 "$dynrt" lint no/such/folder
 contains "missing path message" /tmp/dynrt-cli-err.$$ "no/such/folder: no such file or folder"
+check "missing path in json" 2 "$dynrt" lint --format json templates/ no/such/folder
+/usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["errors"]==["no/such/folder: no such file or folder"], d' \
+  /tmp/dynrt-cli-out.$$ || { echo "FAIL json output names the missing path"; fails=$((fails + 1)); }
+check "missing path in sarif" 2 "$dynrt" lint -f sarif no/such/folder
+/usr/bin/python3 -c 'import json,sys; i=json.load(open(sys.argv[1]))["runs"][0]["invocations"][0]; assert not i["executionSuccessful"] and "no/such/folder" in i["toolExecutionNotifications"][0]["message"]["text"], i' \
+  /tmp/dynrt-cli-out.$$ || { echo "FAIL sarif output names the missing path"; fails=$((fails + 1)); }
 check "no path is a usage error" 2 "$dynrt" lint
 check "unknown option is a usage error" 2 "$dynrt" lint --frobnicate templates/
 check "bad format is a usage error" 2 "$dynrt" lint --format xml templates/

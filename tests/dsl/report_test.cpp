@@ -66,6 +66,24 @@ TEST(JsonReport, HasStableFields) {
   EXPECT_EQ(f["suggestion"], "description");
   EXPECT_EQ(j["summary"]["errors"], 1);
   EXPECT_EQ(j["summary"]["files"], 1);
+  EXPECT_EQ(j["errors"], json::array());
+}
+
+// A path that cannot be read is in the document itself, not only on stderr: read alone, an
+// empty findings list must not pass for a clean lint.
+TEST(JsonReport, NamesThePathsItCouldNotRead) {
+  const LintReport r = lint_paths({"/nonexistent/templates"}, {});
+  const json j = json::parse(format_json(r));
+  EXPECT_EQ(j["findings"], json::array());
+  ASSERT_EQ(j["errors"].size(), 1u) << j.dump();
+  EXPECT_EQ(j["errors"][0], "/nonexistent/templates: no such file or folder");
+  const json sarif = json::parse(format_sarif(r, "9.9.9"));
+  const json& inv = sarif["runs"][0]["invocations"][0];
+  EXPECT_EQ(inv["executionSuccessful"], false);
+  ASSERT_EQ(inv["toolExecutionNotifications"].size(), 1u);
+  EXPECT_EQ(inv["toolExecutionNotifications"][0]["level"], "error");
+  EXPECT_EQ(inv["toolExecutionNotifications"][0]["message"]["text"],
+            "/nonexistent/templates: no such file or folder");
 }
 
 TEST(SarifReport, IsSarif210WithTheRuleTable) {
@@ -83,6 +101,8 @@ TEST(SarifReport, IsSarif210WithTheRuleTable) {
   EXPECT_EQ(loc["artifactLocation"]["uri"], "dir%20with%20space/w.yaml");
   EXPECT_EQ(loc["region"]["startLine"], 6);
   EXPECT_EQ(loc["region"]["endColumn"], 15);
+  EXPECT_EQ(run["invocations"][0]["executionSuccessful"], true);
+  EXPECT_EQ(run["invocations"][0]["toolExecutionNotifications"], json::array());
 }
 
 TEST(RuleList, ListsEveryRule) {
