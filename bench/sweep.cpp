@@ -389,6 +389,10 @@ CellTrim trim_cell(std::size_t requests, double rate) {
   return CellTrim{runs, warm + front, runs - drain - back};
 }
 
+double cell_runs_bound(std::size_t requests, double rate) {
+  return static_cast<double>(requests) + rate * (kWarmupSeconds + kDrainSeconds) + 2;
+}
+
 SweepResult run_sweep(const SweepOptions& o) {
   SweepResult out;
   const auto wall_start = std::chrono::steady_clock::now();

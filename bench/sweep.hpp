@@ -136,6 +136,10 @@ struct CellTrim {
   std::size_t measure_to = 0;
 };
 CellTrim trim_cell(std::size_t requests, double rate);
+// At most how many runs a cell at `rate` holds (the measured ones and every run the timed
+// warm-up and drain could add), as a number that cannot overflow however large the rate: the
+// check a rate given by hand must pass before trim_cell counts its runs.
+double cell_runs_bound(std::size_t requests, double rate);
 
 // The Markdown report: per workload, the saturation rate and a table of load against arm.
 std::string format_sweep(const SweepOptions& options, const SweepResult& result);

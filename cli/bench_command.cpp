@@ -156,7 +156,8 @@ void add_open_loop(CLI::App& bench, const std::string& which, const std::string&
       ->capture_default_str();
   cmd->add_option("--interference-scale", cli->options.interference_scale,
                   "The engine's true interference as a multiple of the fit the price curves use")
-      ->check(cli_checks::positive_finite())
+      ->check(cli_checks::finite_range(engines::sim::kMinInterferenceScale,
+                                       engines::sim::kMaxInterferenceScale))
       ->capture_default_str();
   cmd->add_option("--repeat-rate", cli->options.repeat_rate,
                   "Share of requests that exactly repeat a popular one")
@@ -231,22 +232,37 @@ int run_sweep(SweepCli& cli) {
     return kExitUsage;
   }
   // A given rate is not measured, so nothing bounds it: a cell spanning more simulated time
-  // than this would take minutes of CPU (the runtime's periodic work runs through all of it).
+  // than this would take minutes of CPU (the runtime's periodic work runs through all of it),
+  // and one holding more runs than that would not fit in memory (the warm-up and the drain
+  // are timed: at a rate far above any engine's, their seconds hold billions of runs).
   if (o.saturation > 0) {
     constexpr double kMaxSpanS = 1e7;
-    double lowest = 2;
+    constexpr double kMaxCellRuns = 1e6;
+    double lowest = 2, highest = 0;
+    const auto seen = [&](double u) {
+      lowest = std::min(lowest, u);
+      highest = std::max(highest, u);
+    };
     if (cli.kind == "bursty")
       for (const auto& p : bench::bursty_phases())
-        lowest = std::min(lowest, p.load);
+        seen(p.load);
     else
       for (const double u : o.loads)
-        lowest = std::min(lowest, u);
+        seen(u);
     const double span_s = o.requests / (lowest * o.saturation);
     if (span_s > kMaxSpanS) {
       std::cerr << "dynrt bench " << cli.kind << ": at " << lowest << " of " << o.saturation
                 << " runs/s, " << o.requests << " runs arrive over " << span_s
                 << " simulated seconds; a cell may span at most " << kMaxSpanS
                 << " (raise --saturation)\n";
+      return kExitUsage;
+    }
+    const double runs = bench::cell_runs_bound(o.requests, highest * o.saturation);
+    if (runs > kMaxCellRuns) {
+      std::cerr << "dynrt bench " << cli.kind << ": at " << highest << " of " << o.saturation
+                << " runs/s, a cell would hold up to " << runs
+                << " runs with its timed warm-up and drain; a cell may hold at most "
+                << kMaxCellRuns << " (lower --saturation)\n";
       return kExitUsage;
     }
   }
@@ -393,7 +409,8 @@ void add_sweep(CLI::App& bench, const std::string& kind, std::function<int()>& r
       ->delimiter(',');
   cmd->add_option("--interference-scale", cli->options.interference_scale,
                   "The engine's true interference as a multiple of the fit the price curves use")
-      ->check(cli_checks::positive_finite())
+      ->check(cli_checks::finite_range(engines::sim::kMinInterferenceScale,
+                                       engines::sim::kMaxInterferenceScale))
       ->capture_default_str();
   cmd->add_option("--repeat-rate", cli->options.repeat_rate,
                   "Share of runs that exactly repeat a popular one")

@@ -887,7 +887,8 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--interference-scale", o->interference_scale,
                   "sim: the engine's true interference as a multiple of the fit the price curves "
                   "use (1: exact)")
-      ->check(cli_checks::positive_finite())
+      ->check(cli_checks::finite_range(engines::sim::kMinInterferenceScale,
+                                       engines::sim::kMaxInterferenceScale))
       ->capture_default_str();
   cmd->add_option("--script", o->script, "sim: response script (JSON lines)");
   cmd->add_option("--corpus", o->corpus,

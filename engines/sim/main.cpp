@@ -54,7 +54,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   app.add_option("--interference-scale", interference_scale,
                  "True interference as a multiple of the fit dynrt's price curves use (1: exact)")
-      ->check(dynrt::cli_checks::positive_finite())
+      ->check(dynrt::cli_checks::finite_range(dynrt::engines::sim::kMinInterferenceScale,
+                                              dynrt::engines::sim::kMaxInterferenceScale))
       ->capture_default_str();
   app.add_option("--model", server.model, "Model name /v1/models lists")->capture_default_str();
   app.add_option("--threads", server.threads, "I/O threads")

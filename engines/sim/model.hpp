@@ -68,6 +68,14 @@ struct SimParams {
   TextParams text;
 };
 
+// The interference scales the simulated engine accepts (--interference-scale): two orders of
+// magnitude either way of the fit. At 100 a step beside a full batch of a hardware profile
+// (the stretch capped at Figure 5b's 1.456) lasts about 150 times a lone one; far beyond it a
+// cell's simulated time runs to years, and past about 1e15 a step is no longer a duration the
+// clock can hold.
+inline constexpr double kMinInterferenceScale = 0.01;
+inline constexpr double kMaxInterferenceScale = 100;
+
 struct SimEvent {
   enum class Type { chunk, progress, complete, error };
   Type type = Type::chunk;

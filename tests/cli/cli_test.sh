@@ -76,11 +76,16 @@ check "bench admission rejects crossed bounds" 2 "$dynrt" bench admission --min-
 
 # Numbers a flag would refuse are refused, not NaN or infinity let through.
 check "bench sweep refuses a NaN interference scale" 2 "$dynrt" bench sweep routing --interference-scale nan --out /tmp/dynrt-cli-nan.$$
-contains "says it is not a number" /tmp/dynrt-cli-err.$$ "--interference-scale: Value nan is not a finite number above 0"
+contains "says it is not a number" /tmp/dynrt-cli-err.$$ "--interference-scale: Value nan is not a finite number in [0.01, 100]"
+check "bench sweep refuses an interference scale past any step the clock holds" 2 "$dynrt" bench sweep routing --interference-scale 1e300 --out /tmp/dynrt-cli-nan.$$
 check "bench sweep refuses an infinite saturation rate" 2 "$dynrt" bench sweep routing --saturation inf --out /tmp/dynrt-cli-nan.$$
 check "bench refuses a NaN repeat rate" 2 "$dynrt" bench routing --repeat-rate nan --out /tmp/dynrt-cli-nan.$$
 check "bench sweep refuses a rate that would take days of simulated time" 2 "$dynrt" bench sweep routing --saturation 1e-9 --out /tmp/dynrt-cli-nan.$$
 contains "says how long" /tmp/dynrt-cli-err.$$ "simulated seconds; a cell may span at most"
+# The warm-up and the drain are timed: at 1e12 runs/s they would hold trillions of runs.
+check "bench sweep refuses a rate whose warm-up would not fit in memory" 2 "$dynrt" bench sweep hci --saturation 1e12 --out /tmp/dynrt-cli-nan.$$
+contains "says how many runs" /tmp/dynrt-cli-err.$$ "a cell may hold at most 1e+06 (lower --saturation)"
+check "bench bursty refuses it too" 2 "$dynrt" bench bursty hci --saturation 1e12 --out /tmp/dynrt-cli-nan.$$
 check "bench sweep refuses a load given twice" 2 "$dynrt" bench sweep routing --loads 0.3,0.5,0.3 --out /tmp/dynrt-cli-nan.$$
 contains "names the load" /tmp/dynrt-cli-err.$$ "load 0.3 is given twice"
 check "bench sweep refuses an arm given twice" 2 "$dynrt" bench sweep routing --arms full,static,full --out /tmp/dynrt-cli-nan.$$

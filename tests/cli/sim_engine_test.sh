@@ -36,6 +36,8 @@ contains "slots out of range names it" "$tmp/err" "--slots"
 check "a NaN time scale" 2 "$engine" --time-scale nan --port 0
 contains "a NaN time scale names it" "$tmp/err" "--time-scale: Value nan is not a finite number of 0 or more"
 check "an infinite interference scale" 2 "$engine" --interference-scale inf --port 0
+check "an interference scale past the range" 2 "$engine" --interference-scale 1e300 --port 0
+contains "the range is said" "$tmp/err" "--interference-scale: Value 1e300 is not a finite number in [0.01, 100]"
 check "a negative seed" 2 "$engine" --seed -1 --port 0
 contains "a negative seed is refused, not wrapped" "$tmp/err" "--seed: Value -1 is not a whole number"
 printf '# a comment\n{"response": 3}\n' >"$tmp/bad.jsonl"
