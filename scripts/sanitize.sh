@@ -36,7 +36,7 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:malloc_context_size=5${ASAN
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$PWD/scripts/ubsan.supp"
 if [ "$#" -eq 0 ]; then
   cmake --build "$dir" -j"$(nproc)" --target test_programs
-  (cd "$dir" && ctest -j"$(nproc)" --output-on-failure --timeout 900)
+  ./scripts/ctest.sh "$dir"
 else
   cmake --build "$dir" -j"$(nproc)" --target "$@" dynrt-sim-engine
   for t in "$@"; do "./$dir/$t"; done

@@ -41,7 +41,7 @@ plain() {
   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
     -DDYNRT_BUILD_TESTS=ON -DDYNRT_WERROR=ON -DDYNRT_TEST_CXX_FLAGS=-O0
   cmake --build build -j"$jobs"
-  (cd build && ctest -j"$jobs" --output-on-failure --timeout 900)
+  ./scripts/ctest.sh build
 }
 step "install-deps" ./scripts/install-deps.sh
 step "1 plain build and suite" plain
