@@ -42,8 +42,6 @@ std::string quote(const std::string& s) {
   return out + "'";
 }
 
-// The first value given twice. Each arm and each rate is a column or a row of every table and a
-// series or a point of every plot: a repeat would run twice and be averaged under one name.
 // " a b c": the arm names, each after a space, for help text and errors.
 std::string arm_list(const std::vector<std::string>& arms) {
   std::string out;
@@ -52,6 +50,8 @@ std::string arm_list(const std::vector<std::string>& arms) {
   return out;
 }
 
+// The first value given twice. Each arm and each rate is a column or a row of every table and a
+// series or a point of every plot: a repeat would run twice and be averaged under one name.
 template <class T>
 std::optional<T> repeated(const std::vector<T>& values) {
   for (auto it = values.begin(); it != values.end(); ++it)
