@@ -205,7 +205,7 @@ with tempfile.TemporaryDirectory() as tmp:
           "the bursty trace reports its four phases")
     ablation_out = os.path.join(tmp, "ablation")
     r = bench("ablation", "react", "--seeds", "1", "--requests", "30", "--loads", "0.5",
-              "--arms", "full,priced-fills,always,p=0.8", "--saturation", "10", "--quiet",
+              "--arms", "full,priced-fills,always,p=0.8", "--saturation", "2", "--quiet",
               "--no-plots",
               "--out", ablation_out)
     check(r.returncode == 0, "bench ablation exits 0 (stderr: %s)" % r.stderr[-400:])
@@ -220,7 +220,7 @@ with tempfile.TemporaryDirectory() as tmp:
     # that opens draws them, answers stay the floor's.
     drafter_out = os.path.join(tmp, "drafter")
     r = bench("ablation", "react", "--seeds", "1", "--requests", "30", "--loads", "0.5",
-              "--arms", "full,always", "--saturation", "10", "--quiet", "--no-plots",
+              "--arms", "full,always", "--saturation", "2", "--quiet", "--no-plots",
               "--templates", os.path.join("bench", "templates", "drafter"),
               "--out", drafter_out)
     check(r.returncode == 0, "bench ablation with a drafter exits 0 (stderr: %s)" % r.stderr[-400:])
