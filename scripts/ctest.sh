@@ -7,8 +7,9 @@
 # would otherwise lose the one case that failed.
 set -uo pipefail
 dir="${1:?usage: scripts/ctest.sh BUILD_DIR}"
-cd "$dir"
-ctest -j"$(nproc)" --output-on-failure --timeout 900
+cd "$dir" || exit 2
+# --no-tests=error: a tree with no tests is a broken build, not a pass.
+ctest -j"$(nproc)" --output-on-failure --timeout 900 --no-tests=error
 status=$?
 if [ "$status" -ne 0 ] && [ -f Testing/Temporary/LastTest.log ]; then
   echo "ctest.sh: what failed in $dir (from Testing/Temporary/LastTest.log):"
