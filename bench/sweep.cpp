@@ -390,6 +390,7 @@ CellTrim trim_cell(std::size_t requests, double rate) {
 }
 
 double cell_runs_bound(std::size_t requests, double rate) {
+  // + 2: trim_cell rounds each end's timed runs up.
   return static_cast<double>(requests) + rate * (kWarmupSeconds + kDrainSeconds) + 2;
 }
 
