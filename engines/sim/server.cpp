@@ -2,6 +2,7 @@
 
 #include "engines/http/server_core.hpp"
 #include "engines/openai/error_body.hpp"
+#include "engines/sim/text.hpp"
 #include "protocols/protocols.hpp"
 
 #include <nlohmann/json.hpp>
@@ -149,6 +150,9 @@ class Session final : public HttpConnection {
       body = std::move(chat.chat);
       req.endpoint = protocols::path_of(protocols::Api::chat);
     }
+    // Refused before the stream opens, as vLLM does: a streamed call's bad field is a 400, not
+    // an error event after a 200.
+    if (auto bad = check_fields(body)) return refuse(bad->message, bad->param);
     req.body = std::move(body);
     if (req.body.contains("priority") && req.body["priority"].is_number_integer())
       req.priority = req.body["priority"].get<int>();

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 namespace dynrt::engines::sim {
@@ -83,6 +84,12 @@ std::vector<std::string> tokenize(std::string_view text) {
 std::int64_t int_field(const json& body, const char* name, std::int64_t fallback) {
   if (body.contains(name) && body[name].is_number_integer()) return body[name].get<std::int64_t>();
   return fallback;
+}
+
+// A field that is absent or null.
+const json* field(const json& body, const char* name) {
+  const auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
 }
 
 ordered_json usage_json(const Usage& u) {
@@ -216,6 +223,32 @@ std::int64_t estimate_prompt_tokens(std::string_view endpoint, const json& body)
   return static_cast<std::int64_t>((chars + 3) / 4) + 4 * messages + 1;
 }
 
+std::optional<BadField> check_fields(const json& body) {
+  auto wrong = [](std::string_view name, std::string_view what) {
+    return BadField{"`" + std::string(name) + "` must be " + std::string(what), std::string(name)};
+  };
+  if (!body.is_object()) return std::nullopt;
+  for (const char* name : {"max_tokens", "max_completion_tokens"}) {
+    const json* v = field(body, name);
+    if (v && !(v->is_number_unsigned() || (v->is_number_integer() && v->get<std::int64_t>() >= 0)))
+      return wrong(name, "an integer of at least 0");
+  }
+  if (const json* v = field(body, "n"); v && !v->is_number_integer())
+    return wrong("n", "an integer");
+  if (const json* v = field(body, "stream"); v && !v->is_boolean())
+    return wrong("stream", "a boolean");
+  if (const json* v = field(body, "stream_options")) {
+    if (!v->is_object()) return wrong("stream_options", "an object");
+    if (const json* u = field(*v, "include_usage"); u && !u->is_boolean())
+      return wrong("stream_options.include_usage", "a boolean");
+  }
+  const auto is_string = [](const json& s) { return s.is_string(); };
+  if (const json* v = field(body, "stop");
+      v && !v->is_string() && !(v->is_array() && std::all_of(v->begin(), v->end(), is_string)))
+    return wrong("stop", "a string or an array of strings");
+  return std::nullopt;
+}
+
 Expected<Generation> generate(std::string_view endpoint, const json& body, const Script& script,
                               const TextParams& params) {
   if (!body.is_object()) return make_error("the request body is not a JSON object");
@@ -226,6 +259,7 @@ Expected<Generation> generate(std::string_view endpoint, const json& body, const
   if (!chat && !body.contains("prompt")) {
     return make_error("a completion request needs \"prompt\"");
   }
+  if (auto bad = check_fields(body)) return make_error(std::move(bad->message));
   if (int_field(body, "n", 1) != 1) return make_error("the simulated engine supports n = 1 only");
   Generation g;
   g.prompt_tokens = estimate_prompt_tokens(endpoint, body);
@@ -295,8 +329,11 @@ ResponseMeta response_meta(std::string_view endpoint, const json& body) {
   m.id = std::string(m.chat ? "chatcmpl-" : "cmpl-") + content_key(body).hex().substr(0, 24);
   m.model = body.contains("model") && body["model"].is_string() ? body["model"].get<std::string>()
                                                                 : "sim";
-  m.include_usage = body.contains("stream_options") && body["stream_options"].is_object() &&
-                    body["stream_options"].value("include_usage", false);
+  // Read without value(), which throws on a field of another type: generate() refuses such a
+  // body, but this is also called on its own.
+  const json* options = body.is_object() ? field(body, "stream_options") : nullptr;
+  const json* usage = options && options->is_object() ? field(*options, "include_usage") : nullptr;
+  m.include_usage = usage && usage->is_boolean() && usage->get<bool>();
   return m;
 }
 

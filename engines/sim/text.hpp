@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -83,7 +84,17 @@ struct Generation {
   std::int64_t prompt_tokens = 0;
 };
 
-// Errors: the body is not an object, or has neither messages (chat) nor prompt (completions).
+// A field this engine reads given as the wrong type, or a negative token count, checked as
+// vLLM checks them before it schedules anything: max_tokens, max_completion_tokens, n, stream,
+// stream_options (and its include_usage), stop. Null counts as absent. `param` names the field.
+struct BadField {
+  std::string message;  // "`max_tokens` must be an integer of at least 0"
+  std::string param;
+};
+std::optional<BadField> check_fields(const nlohmann::json& body);
+
+// Errors: the body is not an object, has neither messages (chat) nor prompt (completions), asks
+// for more than one choice, or fails check_fields().
 Expected<Generation> generate(std::string_view endpoint, const nlohmann::json& body,
                               const Script& script, const TextParams& params);
 

@@ -49,6 +49,41 @@ TEST(Runtime, BadCallsGetSpecificErrors) {
   EXPECT_EQ(r.status, 400) << "the engine rejects a body without messages: " << r.body;
 }
 
+// An embedder's body is not checked by the gateway: a field of any type, in a call tagged with
+// a template's stage or not, is answered (by the engine, or refused with a 400), never thrown on.
+TEST(Runtime, BodiesOfOddShapesAreAnsweredNotThrown) {
+  Rig rig(bench::make_workload(graph("routing"), {1, 1, 1.0}), {});
+  const json values[] = {"x",
+                         -1,
+                         2.5,
+                         true,
+                         nullptr,
+                         json::array(),
+                         json::object(),
+                         {{"include_usage", "x"}},
+                         json::array({{{"type", 5}}}),
+                         json::array({5})};
+  std::size_t answered = 0, refused = 0;
+  for (const char* name : {"model", "messages", "max_tokens", "n", "stream", "stream_options",
+                           "stop", "temperature", "tools", "tool_choice", "priority", "seed"})
+    for (const json& v : values)
+      for (const Tags& tags : {Tags{}, Tags{"routing", "odd", "router"}}) {
+        json body = chat_body("odd");
+        body[name] = v;
+        const Reply r = rig.runtime->complete({"/v1/chat/completions", body, tags}).get();
+        EXPECT_TRUE(r.status == 200 || r.status == 400) << name << " " << v << ": " << r.status;
+        (r.status == 200 ? answered : refused) += 1;
+      }
+  EXPECT_GT(answered, 0u);
+  EXPECT_GT(refused, 0u);
+  json usage = chat_body("odd");
+  usage["stream"] = true;
+  usage["stream_options"] = {{"include_usage", "x"}};
+  const Reply r = rig.runtime->complete({"/v1/chat/completions", usage, {}}).get();
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("stream_options.include_usage"), std::string::npos) << r.body;
+}
+
 TEST(Runtime, RefusesTemplatesThatDoNotLintAndMissingEngines) {
   RuntimeConfig cfg;
   EXPECT_FALSE(Runtime::create(cfg).ok());
@@ -476,6 +511,18 @@ TEST(Reply, ReplayedChunksCarryTheTextFinishAndUsage) {
   ASSERT_EQ(completion.size(), 2u);
   EXPECT_EQ(json::parse(completion[0])["choices"][0]["text"], "a b");
   EXPECT_TRUE(actors::replay_chunks("/v1/chat/completions", "not json", true).empty());
+  // An answer of odd shapes is replayed as it is, never thrown on: a numeric id and model, a
+  // message that is no object, a role that is no string.
+  const auto odd = actors::replay_chunks(
+      "/v1/chat/completions",
+      R"({"id":5,"model":7,"choices":[{"index":0,"message":"x","finish_reason":"stop"},{"index":1,"message":{"role":3,"content":"y"}}]})",
+      false);
+  ASSERT_EQ(odd.size(), 5u);  // role and finish of the first, role, text and finish of the second
+  EXPECT_EQ(json::parse(odd[0])["id"], 5);
+  EXPECT_EQ(json::parse(odd[0])["model"], 7);
+  EXPECT_EQ(json::parse(odd[0])["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(json::parse(odd[2])["choices"][0]["delta"]["role"], 3);
+  EXPECT_EQ(json::parse(odd[3])["choices"][0]["delta"]["content"], "y");
 }
 
 // Streaming a stored answer back loses nothing an SDK accumulates: every choice, its

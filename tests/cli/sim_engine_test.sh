@@ -93,6 +93,19 @@ values = {l.split("{")[0]: float(l.rsplit(" ", 1)[1]) for l in metrics.splitline
 assert values["vllm:inter_token_latency_seconds_count"] == 12, metrics
 assert abs(values["vllm:inter_token_latency_seconds_sum"] - 12 * 0.025) < 1e-6, metrics
 assert values["vllm:iteration_tokens_total_count"] == 12, metrics
+# A field of the wrong type is a 400 naming it, before a stream opens, and the engine lives on.
+import urllib.error
+for bad, param in [({"stream": True, "stream_options": {"include_usage": "x"}},
+                    "stream_options.include_usage"),
+                   ({"max_tokens": -3}, "max_tokens"), ({"max_tokens": "10"}, "max_tokens")]:
+    try:
+        post(dict(ask, **bad))
+        raise AssertionError(f"{bad} was answered")
+    except urllib.error.HTTPError as e:
+        assert e.code == 400, (bad, e.code)
+        error = json.loads(e.read())["error"]
+        assert error["param"] == param and param in error["message"], (bad, error)
+assert json.loads(post(ask))["choices"][0]["message"]["content"] == "Paris is the capital of France."
 PY
   then echo "ok   scripted answers over HTTP"; else echo "FAIL scripted answers over HTTP"; fails=$((fails + 1)); fi
 fi

@@ -576,6 +576,43 @@ TEST(SimOutput, StopSequencesAndMaxTokens) {
   EXPECT_FALSE(generate(many.endpoint, many.body, s, {}).ok());
 }
 
+TEST(SimOutput, FieldsOfTheWrongTypeAreRefusedByName) {
+  Script s;
+  const struct {
+    const char* name;
+    json value;
+    const char* message;
+  } cases[] = {
+      {"max_tokens", "abc", "`max_tokens` must be an integer of at least 0"},
+      {"max_tokens", -3, "`max_tokens` must be an integer of at least 0"},
+      {"max_tokens", 2.5, "`max_tokens` must be an integer of at least 0"},
+      {"max_completion_tokens", -1, "`max_completion_tokens` must be an integer of at least 0"},
+      {"n", "5", "`n` must be an integer"},
+      {"stream", "yes", "`stream` must be a boolean"},
+      {"stream_options", 5, "`stream_options` must be an object"},
+      {"stream_options",
+       {{"include_usage", "x"}},
+       "`stream_options.include_usage` must be a boolean"},
+      {"stop", json::array({1, 2}), "`stop` must be a string or an array of strings"},
+  };
+  for (const auto& c : cases) {
+    EngineRequest r = chat("x", 5);
+    r.body[c.name] = c.value;
+    const auto g = generate(r.endpoint, r.body, s, {});
+    ASSERT_FALSE(g.ok()) << c.name << " " << c.value;
+    EXPECT_EQ(g.error().message, c.message);
+    // Read on its own, the same body answers without throwing.
+    EXPECT_FALSE(response_meta(r.endpoint, r.body).include_usage);
+  }
+  // Null counts as absent, and 0 tokens is an answer of none.
+  EngineRequest fine = chat("x", 5);
+  fine.body["max_tokens"] = nullptr;
+  fine.body["stream_options"] = {{"include_usage", nullptr}};
+  fine.body["stop"] = nullptr;
+  EXPECT_TRUE(generate(fine.endpoint, fine.body, s, {}).ok());
+  EXPECT_TRUE(generate(fine.endpoint, chat("x", 0).body, s, {}).ok());
+}
+
 TEST(SimStream, ChunksReassembleTheResponse) {
   SimParams p;
   p.chunk_tokens = 3;
@@ -728,6 +765,20 @@ TEST(SimEngine, CancelReleasesTheSlotAndReportsCancelled) {
   EXPECT_EQ(engine.load().slots_busy, 0);
   EXPECT_EQ(engine.load().kv_used, 0);
   engine.cancel(h);  // idempotent
+}
+
+TEST(SimEngine, AFieldOfTheWrongTypeIsRejectedNotThrown) {
+  SimEngine engine({}, {}, {});
+  auto s = std::make_shared<Collect>();
+  auto f = s->done.get_future();
+  EngineRequest r = chat("x", 5);
+  r.body["stream"] = true;
+  r.body["stream_options"] = {{"include_usage", "yes"}};
+  engine.submit(std::move(r), s);
+  const auto v = f.get();
+  ASSERT_TRUE(std::holds_alternative<EngineError>(v));
+  EXPECT_EQ(std::get<EngineError>(v).kind, ErrorKind::rejected);
+  EXPECT_EQ(std::get<EngineError>(v).message, "`stream_options.include_usage` must be a boolean");
 }
 
 TEST(SimEngine, PendingRequestsAreErroredWhenTheEngineStops) {
