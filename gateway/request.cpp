@@ -110,8 +110,11 @@ Invalid check_fields(const json& body, bool chat) {
   if (const json* v = field(body, "model"); v && !v->is_string()) return wrong("model", "a string");
   if (const auto s = body.find("stream"); s != body.end() && !s->is_boolean())
     return wrong("stream", "a boolean");
-  if (const json* v = field(body, "stream_options"); v && !v->is_object())
-    return wrong("stream_options", "an object");
+  if (const json* v = field(body, "stream_options")) {
+    if (!v->is_object()) return wrong("stream_options", "an object");
+    if (const json* u = field(*v, "include_usage"); u && !u->is_boolean())
+      return wrong("stream_options.include_usage", "a boolean");
+  }
   if (chat) {
     const auto m = body.find("messages");
     if (m == body.end() || !m->is_array()) return wrong("messages", "an array");

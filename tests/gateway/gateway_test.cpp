@@ -231,6 +231,8 @@ TEST_F(GatewayTest, HostileBodiesAreRefusedWithTheFieldAtFault) {
        "model"},
       {"/v1/chat/completions", R"({"messages": [], "stream": "yes"})", "`stream` must be a boolean",
        "stream"},
+      {"/v1/chat/completions", R"({"messages": [], "stream_options": {"include_usage": "x"}})",
+       "`stream_options.include_usage` must be a boolean", "stream_options.include_usage"},
       {"/v1/chat/completions", R"({"messages": [], "max_tokens": "10"})", "`max_tokens` must be",
        "max_tokens"},
       {"/v1/chat/completions", R"({"messages": [], "max_tokens": 1.5})", "`max_tokens` must be",
