@@ -187,6 +187,14 @@ bool has_value(const ordered_json& j) {
   return !j.is_null() && !(j.is_array() && j.empty());
 }
 
+// A member as the engine gave it, or the fallback where `o` is no object or lacks it (value()
+// with a typed fallback would throw on an engine's answer with, say, a numeric id).
+ordered_json member_or(const ordered_json& o, const char* key, ordered_json fallback) {
+  if (!o.is_object()) return fallback;
+  const auto it = o.find(key);
+  return it != o.end() ? *it : fallback;
+}
+
 }  // namespace
 
 std::vector<std::string> replay_chunks(std::string_view endpoint, std::string_view body,
@@ -196,10 +204,10 @@ std::vector<std::string> replay_chunks(std::string_view endpoint, std::string_vi
   if (full.is_discarded() || !full.is_object()) return out;
   const bool chat = endpoint.find("chat") != std::string_view::npos;
   ordered_json head;
-  head["id"] = full.value("id", std::string());
+  head["id"] = member_or(full, "id", "");
   head["object"] = chat ? "chat.completion.chunk" : "text_completion";
   head["created"] = full.contains("created") ? full["created"] : ordered_json(0);
-  head["model"] = full.value("model", std::string());
+  head["model"] = member_or(full, "model", "");
   for (const char* key : {"system_fingerprint", "service_tier"})
     if (full.contains(key) && !full[key].is_null()) head[key] = full[key];
   auto emit = [&](ordered_json choice) {
@@ -239,8 +247,9 @@ std::vector<std::string> replay_chunks(std::string_view endpoint, std::string_vi
     };
     const bool text_logprobs = has_value(logprobs);
     if (chat) {
-      const ordered_json m = c.value("message", ordered_json::object());
-      ordered_json role = {{"role", m.value("role", std::string("assistant"))}};
+      ordered_json m = c.value("message", ordered_json::object());
+      if (!m.is_object()) m = ordered_json::object();  // a message of another shape says nothing
+      ordered_json role = {{"role", member_or(m, "role", "assistant")}};
       if (m.contains("content") && m["content"].is_string()) role["content"] = "";
       // Fields streamed below have their own chunks; any other goes with the role.
       for (const auto& [key, v] : m.items())

@@ -26,6 +26,18 @@ constexpr std::string_view kContent = "/choices/0/message/content";
 
 // -- the recording ----------------------------------------------------------------------------
 
+// Members of a recorded line read leniently, as the recording is a file anyone can edit: the
+// fallback unless the member has the expected type (value() would throw on a mismatch).
+std::string string_or(const json& o, const char* key, std::string fallback = "") {
+  const auto it = o.find(key);
+  return it != o.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
+double number_or(const json& o, const char* key, double fallback) {
+  const auto it = o.find(key);
+  return it != o.end() && it->is_number() ? it->get<double>() : fallback;
+}
+
 struct Call {
   std::string stage;
   std::string endpoint;
@@ -1356,11 +1368,12 @@ void Drafter::infer_stage(StageDraft& s0) {
   if (s0.tool) {
     body = req0;
   } else {
-    s0.model = req0.value("model", "");
+    s0.model = string_or(req0, "model");
     for (const Instance& in : s0.instances)
-      if (in.call().request->value("model", "") != s0.model) {
+      if (string_or(*in.call().request, "model") != s0.model) {
         s0.todos.push_back("the model differs between calls (" + s0.model + ", " +
-                           in.call().request->value("model", "") + "): bind it or split the stage");
+                           string_or(*in.call().request, "model") +
+                           "): bind it or split the stage");
         break;
       }
     for (const auto& [k, v] : req0.items()) {
@@ -1379,7 +1392,7 @@ void Drafter::infer_stage(StageDraft& s0) {
         s0.params[k] = v;
       }
     }
-    const double t = s0.params.value("temperature", 1.0);
+    const double t = number_or(s0.params, "temperature", 1.0);
     s0.greedy = t == 0 || s0.params.contains("seed");
   }
   // Each call's text at `at` (its request, read as the template will).
@@ -1818,17 +1831,19 @@ std::vector<Draft> draft_templates(const std::vector<json>& records, const Draft
     if (workflow.empty() || id.empty() || stage.empty() || endpoint.empty() ||
         !r.contains("request") || !r["request"].is_object())
       continue;
-    if (r.value("status", 200) != 200) continue;  // a failed call says nothing of the workflow
+    // A failed call says nothing of the workflow, nor does one whose status is not a number.
+    if (const auto st = r.find("status"); st != r.end() && !(st->is_number() && *st == 200))
+      continue;
     Call c;
     c.stage = stage;
     c.endpoint = endpoint;
     c.request = &r["request"];
     c.response = r.contains("response") && r["response"].is_object() ? &r["response"] : nullptr;
-    c.latency_ms = r.value("latency_ms", 0.0);
+    c.latency_ms = number_or(r, "latency_ms", 0.0);
     // When the call started; recordings without `start_ms` give it to the millisecond only.
     c.start_ms = r.contains("start_ms") && r["start_ms"].is_number()
                      ? r["start_ms"].get<double>()
-                     : r.value("ts_ms", 0.0) - c.latency_ms;
+                     : number_or(r, "ts_ms", 0.0) - c.latency_ms;
     c.line = line++;
     RunCalls& run = by_workflow[workflow][text("tenant") + "\n" + id];
     run.id = id;

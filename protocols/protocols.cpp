@@ -81,6 +81,7 @@ std::string type_of(const json& o, const std::string& at, const char* fallback =
 
 // A member of an engine's answer read leniently: the fallback unless it has the expected type.
 std::string string_or(const json& o, const char* name, std::string fallback = "") {
+  if (!o.is_object()) return fallback;
   const auto it = o.find(name);
   return it != o.end() && it->is_string() ? it->get<std::string>() : fallback;
 }
@@ -131,7 +132,7 @@ json chat_head(const json& body, const std::set<std::string>& known,
 const std::set<std::string> kMessagesIgnored = {"metadata", "service_tier", "anthropic_version"};
 
 json text_parts_or_string(const std::vector<json>& parts) {
-  if (parts.size() == 1 && parts.front().value("type", "") == "text") return parts.front()["text"];
+  if (parts.size() == 1 && string_or(parts.front(), "type") == "text") return parts.front()["text"];
   return json(parts);
 }
 
@@ -315,7 +316,8 @@ json messages_to_chat(const json& body) {
            max_tokens->get<std::int64_t>() <= 2147483647,
        "max_tokens", "an integer from 1 to 2147483647");
   chat["max_tokens"] = *max_tokens;
-  if (const json* t = field(body, "thinking"); t && t->value("type", "") != "disabled")
+  if (const json* t = field(body, "thinking");
+      t && !(t->is_object() && string_or(*t, "type") == "disabled"))
     refuse(
         "extended thinking has no chat completions equivalent: send the request without "
         "`thinking` (or with {\"type\": \"disabled\"})",

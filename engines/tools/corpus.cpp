@@ -138,8 +138,12 @@ Expected<ToolResult> Corpus::run(const ToolCall& call) {
           !call.arguments["query"].is_string()) {
         return make_error(call.tool + ": needs a string \"query\"");
       }
-      const int k = call.arguments.value("k", 3);
-      if (k < 1 || k > 100) return make_error(call.tool + ": \"k\" must be from 1 to 100");
+      const auto given = call.arguments.find("k");
+      const bool has_k = given != call.arguments.end() && !given->is_null();
+      if (has_k && !(given->is_number_integer() && given->get<std::int64_t>() >= 1 &&
+                     given->get<std::int64_t>() <= 100))
+        return make_error(call.tool + ": \"k\" must be an integer from 1 to 100");
+      const int k = has_k ? given->get<int>() : 3;
       const std::set<std::string> query = words(call.arguments["query"].get<std::string>());
       std::vector<std::pair<int, const std::pair<const std::string, Document>*>> scored;
       for (const auto& doc : documents_) {

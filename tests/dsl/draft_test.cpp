@@ -524,6 +524,22 @@ TEST(Draft, SkipsWhatIsNotARecordedAnsweredCall) {
   }
   EXPECT_TRUE(draft_templates(records).empty());
   EXPECT_TRUE(draft_templates({}).empty());
+  // A hand-edited line with members of other types is read leniently, never thrown on: a status
+  // that is no number says nothing, times that are no numbers count as 0, and a model or
+  // temperature of another type is drafted as it is (the draft's lint then names it).
+  Recorder odd = routing(3);
+  odd.records[0]["status"] = "200";
+  for (auto& rec : odd.records) {
+    rec["latency_ms"] = "slow";
+    rec["ts_ms"] = "now";
+    if (rec["stage"] == "handle") {
+      rec["request"]["model"] = 5;
+      rec["request"]["temperature"] = "hot";
+    }
+  }
+  const Draft d = only(draft_templates(odd.records));
+  EXPECT_NE(d.yaml.find("temperature: hot"), std::string::npos) << d.yaml;
+  EXPECT_GT(lint_text("routing.yaml", d.yaml).count(Severity::error), 0u) << d.yaml;
 }
 
 TEST(Draft, EachWorkflowGetsItsOwnTemplate) {

@@ -75,6 +75,13 @@ TEST(Corpus, BadCallsAreErrors) {
   EXPECT_FALSE(call(*c, "retrieve", json::object()).ok());
   EXPECT_FALSE(call(*c, "retrieve", {{"entity", json::array()}}).ok());
   EXPECT_FALSE(call(*c, "search", {{"query", "x"}, {"k", 0}}).ok());
+  // A `k` of another type is an error, not an exception out of the tool's thread.
+  for (const json& k : {json("3"), json(2.5), json(101), json::array()}) {
+    const auto wrong = call(*c, "search", {{"query", "x"}, {"k", k}});
+    ASSERT_FALSE(wrong.ok()) << k;
+    EXPECT_EQ(wrong.error().message, "search: \"k\" must be an integer from 1 to 100");
+  }
+  EXPECT_TRUE(call(*c, "search", {{"query", "x"}, {"k", nullptr}}).ok());
   EXPECT_FALSE(call(*c, "edit", {{"entity", "Oslo"}}).ok());
   EXPECT_TRUE(c->has("retrieve"));
   EXPECT_FALSE(c->has("nope"));

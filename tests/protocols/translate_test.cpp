@@ -179,6 +179,11 @@ TEST(MessagesRequest, WhatCannotBeMappedIsRefusedNamingTheField) {
   EXPECT_EQ(refusal_of(Api::messages, b).param, "thinking");
   b["thinking"] = {{"type", "disabled"}};
   EXPECT_TRUE(to_chat(Api::messages, b).ok());
+  // Of another shape, it is refused too, not thrown on.
+  for (const json& odd : {json("x"), json(5), json::object({{"type", 5}})}) {
+    b["thinking"] = odd;
+    EXPECT_EQ(refusal_of(Api::messages, b).param, "thinking") << odd;
+  }
   b = base;
   b["mcp_servers"] = json::array();
   EXPECT_EQ(refusal_of(Api::messages, b).param, "mcp_servers");
