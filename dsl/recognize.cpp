@@ -80,7 +80,9 @@ std::optional<std::string> conversation_run(const json& chat) {
   json prefix = json::array();
   bool user = false;
   for (const auto& m : *messages) {
-    const std::string role = m.is_object() ? m.value("role", std::string()) : std::string();
+    // Not value(): it throws on a role of another type, and an embedder's body is unchecked.
+    const auto r = m.is_object() ? m.find("role") : m.end();
+    const std::string role = r != m.end() && r->is_string() ? r->get<std::string>() : "";
     if (role == "assistant") break;
     user = user || role == "user";
     prefix.push_back(m);

@@ -513,7 +513,7 @@ json responses_to_chat(const json& body) {
            "auto, none, required or a function");
       chat["tool_choice"] = *choice;
     } else {
-      want(choice->is_object() && choice->value("type", "") == "function" &&
+      want(choice->is_object() && string_or(*choice, "type") == "function" &&
                field(*choice, "name") && (*choice)["name"].is_string(),
            "tool_choice", "auto, none, required or {\"type\": \"function\", \"name\": ...}");
       chat["tool_choice"] = json{{"type", "function"}, {"function", {{"name", (*choice)["name"]}}}};

@@ -62,7 +62,8 @@ TEST(Runtime, BodiesOfOddShapesAreAnsweredNotThrown) {
                          json::object(),
                          {{"include_usage", "x"}},
                          json::array({{{"type", 5}}}),
-                         json::array({5})};
+                         json::array({5}),
+                         json::array({{{"role", 5}, {"content", "x"}}})};
   std::size_t answered = 0, refused = 0;
   for (const char* name : {"model", "messages", "max_tokens", "n", "stream", "stream_options",
                            "stop", "temperature", "tools", "tool_choice", "priority", "seed"})

@@ -202,6 +202,8 @@ TEST(Recognize, AConversationWithoutAUserTurnHasNoRun) {
   EXPECT_FALSE(conversation_run(
       json{{"model", "m"}, {"messages", {{{"role", "assistant"}, {"content", "hi"}}}}}));
   EXPECT_FALSE(conversation_run(json{{"prompt", "hi"}}));
+  // A role of another type is no user's (an embedder's body is not checked before this).
+  EXPECT_FALSE(conversation_run(json{{"model", "m"}, {"messages", {{{"role", 5}}, 7}}}));
   const json a{{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
   json b = a;
   b["model"] = "n";

@@ -325,6 +325,12 @@ TEST(Translate, ATypeThatIsNotAStringIsRefusedNotThrown) {
     b = messages;
     b["tool_choice"] = {{"type", bad}};
     EXPECT_EQ(refusal_of(Api::messages, b).param, "tool_choice.type") << bad.dump();
+    b = responses;
+    b["tool_choice"] = {{"type", bad}, {"name", "ls"}};
+    EXPECT_EQ(refusal_of(Api::responses, b).param, "tool_choice") << bad.dump();
+    b = messages;
+    b["thinking"] = {{"type", bad}};
+    EXPECT_EQ(refusal_of(Api::messages, b).param, "thinking") << bad.dump();
     b = messages;
     b["system"] = json::array({{{"type", bad}, {"text", "s"}}});
     EXPECT_FALSE(to_chat(Api::messages, b).ok()) << bad.dump();
