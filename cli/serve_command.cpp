@@ -38,6 +38,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 namespace dynrt::cli {
 
@@ -122,6 +123,48 @@ bool config_error(const std::string& path, const YAML::Node& at, const std::stri
   return false;
 }
 
+// A configuration value of the wrong type, at its position: thrown by scalar() and reported by
+// load_config as config_error() reports the others.
+struct ConfigTypeError {
+  YAML::Node at;
+  std::string what;
+};
+
+template <class T>
+constexpr const char* kind_of() {
+  if constexpr (std::is_same_v<T, bool>) return "true or false";
+  if constexpr (std::is_integral_v<T>) return "a whole number";
+  if constexpr (std::is_floating_point_v<T>) return "a number";
+  return "a single value";
+}
+
+// The scalar at `n` as T, or `fallback` where the key is absent or null. A value that is there
+// but does not convert is an error naming `key`: yaml-cpp's as<T>(fallback) would quietly give
+// the fallback, reading `concurrency: abc` as 0 and `url: {...}` as the simulated engine.
+template <class T>
+T scalar(const YAML::Node& n, const std::string& key, T fallback) {
+  if (!n || n.IsNull()) return fallback;
+  if (n.IsScalar()) {
+    try {
+      return n.as<T>();
+    } catch (const YAML::BadConversion&) {
+    }
+  }
+  throw ConfigTypeError{
+      n, key + " must be " + kind_of<T>() + "; got " +
+             (n.IsScalar() ? "'" + n.Scalar() + "'" : std::string(n.IsMap() ? "a map" : "a list"))};
+}
+
+// The list at `n` of single values (absent: none); a scalar or a map is an error naming `key`.
+std::vector<std::string> strings(const YAML::Node& n, const std::string& key) {
+  std::vector<std::string> out;
+  if (!n || n.IsNull()) return out;
+  if (!n.IsSequence()) throw ConfigTypeError{n, key + " must be a list"};
+  for (const auto& item : n)
+    out.push_back(scalar<std::string>(item, key + "[]", ""));
+  return out;
+}
+
 // The HTTP tools under `tools:` (every key but `corpus` and `allow_hosts`), each checked
 // against `tools.allow_hosts`. Errors name the file, the position and the key.
 bool load_http_tools(const std::string& path, const YAML::Node& t, ServeOptions& o) {
@@ -131,8 +174,7 @@ bool load_http_tools(const std::string& path, const YAML::Node& t, ServeOptions&
   std::vector<std::string> allow;
   if (const auto a = t["allow_hosts"]) {
     if (!a.IsSequence()) return fail(a, "tools.allow_hosts must be a list of hosts");
-    for (const auto& h : a)
-      allow.push_back(h.as<std::string>());
+    allow = strings(a, "tools.allow_hosts");
   }
   if (!t.IsMap()) return fail(t, "tools must be a map");
   for (const auto& entry : t) {
@@ -152,11 +194,11 @@ bool load_http_tools(const std::string& path, const YAML::Node& t, ServeOptions&
     }
     engines::HttpToolSpec spec;
     spec.name = name;
-    spec.url = d["url"].as<std::string>();
+    spec.url = scalar<std::string>(d["url"], "tool " + name + ": url", "");
     const auto internal = engines::check_tool_url(spec.url, allow);
     if (!internal) return fail(d["url"], "tool " + name + ": " + internal.error().message);
     spec.allow_internal = *internal;
-    spec.method = d["method"].as<std::string>("POST");
+    spec.method = scalar<std::string>(d["method"], "tool " + name + ": method", "POST");
     for (auto& c : spec.method)
       c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     if (spec.method != "POST" && spec.method != "PUT" && spec.method != "PATCH" &&
@@ -173,23 +215,25 @@ bool load_http_tools(const std::string& path, const YAML::Node& t, ServeOptions&
     };
     if (const auto h = d["headers"])
       for (const auto& kv : h)
-        if (!header(kv.first, kv.first.as<std::string>(), kv.second.as<std::string>()))
+        if (!header(kv.first, kv.first.as<std::string>(),
+                    scalar<std::string>(kv.second, "tool " + name + ": headers", "")))
           return false;
     // Secrets stay out of the file: the header's value is read from the environment.
     if (const auto h = d["headers_env"])
       for (const auto& kv : h) {
-        const auto var = kv.second.as<std::string>();
+        const auto var = scalar<std::string>(kv.second, "tool " + name + ": headers_env", "");
         const char* value = std::getenv(var.c_str());
         if (!value)
           return fail(kv.second, "tool " + name + ": environment variable " + var + " is not set");
         if (!header(kv.first, kv.first.as<std::string>(), value)) return false;
       }
-    const int timeout_ms = d["timeout_ms"].as<int>(10'000);
+    const int timeout_ms = scalar<int>(d["timeout_ms"], "tool " + name + ": timeout_ms", 10'000);
     if (timeout_ms < 1 || timeout_ms > 600'000)
       return fail(d["timeout_ms"], "tool " + name + ": timeout_ms must be 1 to 600000");
     spec.timeout = std::chrono::milliseconds(timeout_ms);
     spec.connect_timeout = std::min(spec.timeout, Duration(std::chrono::seconds(5)));
-    spec.max_response_bytes = d["max_response_bytes"].as<std::size_t>(std::size_t{1} << 20);
+    spec.max_response_bytes = scalar<std::size_t>(
+        d["max_response_bytes"], "tool " + name + ": max_response_bytes", std::size_t{1} << 20);
     if (spec.max_response_bytes < 1 || spec.max_response_bytes > (std::size_t{64} << 20))
       return fail(d["max_response_bytes"],
                   "tool " + name + ": max_response_bytes must be 1 to 67108864");
@@ -198,9 +242,8 @@ bool load_http_tools(const std::string& path, const YAML::Node& t, ServeOptions&
       if (const auto keys = d[which]) {
         if (!keys.IsSequence())
           return fail(keys, "tool " + name + ": " + which + " must be a list of record keys");
-        for (const auto& k : keys)
-          (std::string(which) == "reads" ? records.reads : records.writes)
-              .push_back(k.as<std::string>());
+        for (auto& k : strings(keys, "tool " + name + ": " + which))
+          (std::string(which) == "reads" ? records.reads : records.writes).push_back(std::move(k));
       }
     if (!records.reads.empty() || !records.writes.empty()) o.tool_records[name] = records;
     o.http_tools.push_back(std::move(spec));
@@ -319,7 +362,7 @@ bool load_config(const std::string& path, ServeOptions& o, CLI::App& cmd) {
     if (const auto es = root["engines"]; es && !given("--engine")) {
       for (const auto& e : es) {
         engines::EngineSpec spec;
-        spec.url = e["url"].as<std::string>("sim");
+        spec.url = scalar<std::string>(e["url"], "engines: url", "sim");
         if (const auto urls = e["urls"]) {
           // Replicas of one model: a pool (engines/pool.hpp).
           if (!urls.IsSequence() || urls.size() == 0 || e["url"])
@@ -327,15 +370,15 @@ bool load_config(const std::string& path, ServeOptions& o, CLI::App& cmd) {
                                 "engines: urls must be a non-empty list of the replicas' URLs, "
                                 "given instead of url");
           spec.url.clear();
-          for (const auto& u : urls)
-            spec.url += (spec.url.empty() ? "" : ",") + u.as<std::string>();
+          for (const auto& u : strings(urls, "engines: urls"))
+            spec.url += (spec.url.empty() ? "" : ",") + u;
         }
-        if (e["models"])
-          for (const auto& m : e["models"])
-            spec.models.push_back(m.as<std::string>());
-        spec.flavor = e["flavor"].as<std::string>("automatic");
-        spec.max_num_seqs = e["max_num_seqs"].as<int>(256);
-        spec.concurrency = e["concurrency"].as<int>(0);
+        spec.models = strings(e["models"], "engine " + spec.url + ": models");
+        spec.flavor =
+            scalar<std::string>(e["flavor"], "engine " + spec.url + ": flavor", "automatic");
+        spec.max_num_seqs =
+            scalar<int>(e["max_num_seqs"], "engine " + spec.url + ": max_num_seqs", 256);
+        spec.concurrency = scalar<int>(e["concurrency"], "engine " + spec.url + ": concurrency", 0);
         if (spec.max_num_seqs < 1 || spec.concurrency < 0 || spec.concurrency > spec.max_num_seqs)
           return config_error(path, spec.max_num_seqs < 1 ? e["max_num_seqs"] : e["concurrency"],
                               "engine " + spec.url +
@@ -343,11 +386,11 @@ bool load_config(const std::string& path, ServeOptions& o, CLI::App& cmd) {
                                   "(unknown) and max_num_seqs; got " +
                                   std::to_string(spec.max_num_seqs) + " and " +
                                   std::to_string(spec.concurrency));
-        spec.batches = e["batches"].as<int>(1);
+        spec.batches = scalar<int>(e["batches"], "engine " + spec.url + ": batches", 1);
         for (const auto& [key, ms] :
              {std::pair{"prefill_ms_per_token", &engines::EngineSpec::prefill_ms_per_token},
               std::pair{"lone_token_ms", &engines::EngineSpec::lone_token_ms}}) {
-          spec.*ms = e[key].as<double>(0);
+          spec.*ms = scalar<double>(e[key], "engine " + spec.url + ": " + key, 0);
           if (!std::isfinite(spec.*ms) || spec.*ms < 0)
             return config_error(path, e[key],
                                 "engine " + spec.url + ": " + key +
@@ -359,7 +402,7 @@ bool load_config(const std::string& path, ServeOptions& o, CLI::App& cmd) {
                               "engine " + spec.url +
                                   ": batches must be between 1 and max_num_seqs; got " +
                                   std::to_string(spec.batches));
-        spec.api_key = e["api_key"].as<std::string>("");
+        spec.api_key = scalar<std::string>(e["api_key"], "engine " + spec.url + ": api_key", "");
         o.engines.push_back(spec);
       }
     }
@@ -376,9 +419,10 @@ bool load_config(const std::string& path, ServeOptions& o, CLI::App& cmd) {
       if (!load_http_tools(path, t, o)) return false;
     }
     if (const auto sw = root["switches"]) {
-      if (sw["reuse"] && !given("--no-reuse")) o.no_reuse = !sw["reuse"].as<bool>();
-      if (sw["fills"] && !given("--no-fills")) o.no_fills = !sw["fills"].as<bool>();
-      if (sw["emission"] && !given("--no-emission")) o.no_emission = !sw["emission"].as<bool>();
+      if (!given("--no-reuse")) o.no_reuse = !scalar(sw["reuse"], "switches.reuse", !o.no_reuse);
+      if (!given("--no-fills")) o.no_fills = !scalar(sw["fills"], "switches.fills", !o.no_fills);
+      if (!given("--no-emission"))
+        o.no_emission = !scalar(sw["emission"], "switches.emission", !o.no_emission);
     }
     if (const auto l = root["limits"]) {
       for (const auto& [key, flag] : {std::pair{"max_body_bytes", "--max-body-bytes"},
@@ -393,8 +437,8 @@ bool load_config(const std::string& path, ServeOptions& o, CLI::App& cmd) {
     }
     if (root["auth"] && !given("--keys")) o.auth_in_config = true;
     if (const auto s = root["shared_stages"]; s && !given("--share-stage"))
-      for (const auto& n : s)
-        o.shared_stages.push_back(n.as<std::string>());
+      for (auto& n : strings(s, "shared_stages"))
+        o.shared_stages.push_back(std::move(n));
     if (!set(root["record"], "record", "--record") || !set(root["library"], "library", "--library"))
       return false;
     if (const auto l = root["log"])
@@ -412,6 +456,8 @@ bool load_config(const std::string& path, ServeOptions& o, CLI::App& cmd) {
     std::cerr << "dynrt serve: " << path << ":" << e.mark.line + 1 << ":" << e.mark.column + 1
               << ": " << e.msg << "\n";
     return false;
+  } catch (const ConfigTypeError& e) {
+    return config_error(path, e.at, e.what);
   }
   return true;
 }

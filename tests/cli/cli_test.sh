@@ -140,6 +140,11 @@ a misspelt section|enginse: []\n|1:1: unknown key 'enginse'; did you mean 'engin
 a misspelt engine key|engines:\n  - url: http://127.0.0.1:8000\n    max_num_seq: 2\n|3:5: engines[]: unknown key 'max_num_seq'; did you mean 'max_num_seqs'?
 an unknown limit|limits: {max_body: 5}\n|1:10: limits: unknown key 'max_body' (max_body_bytes,
 a list as the whole file|[1, 2]\n|1:1: the configuration must be a map
+a word for the compute knee|engines: [{url: "http://127.0.0.1:8000", concurrency: abc}]\n|1:55: engine http://127.0.0.1:8000: concurrency must be a whole number; got 'abc'
+one model not in a list|engines: [{url: "http://127.0.0.1:8000", models: m}]\n|1:50: engine http://127.0.0.1:8000: models must be a list
+a map for an engine URL|engines: [{url: {host: x}}]\n|1:17: engines: url must be a single value; got a map
+a switch that is no boolean|switches: {fills: maybe}\n|1:19: switches.fills must be true or false; got 'maybe'
+a word for a tool timeout|tools:\n  allow_hosts: [api.example.com]\n  w: {url: "https://api.example.com", timeout_ms: soon}\n|3:51: tool w: timeout_ms must be a whole number; got 'soon'
 CASES
 rm -f "$cfg"
 check "serve refuses a --config that is not there" 2 timeout 20 "$dynrt" serve templates --config /tmp/dynrt-cli-none.$$.yaml --port 0
