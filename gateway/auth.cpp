@@ -95,6 +95,7 @@ bool valid_tenant(std::string_view t) {
 std::optional<Error> parse_limits(std::string_view source, const YAML::Node& n, KeyLimits& out) {
   if (!n.IsMap()) return fail(source, n, "limits must be a mapping");
   for (const auto& kv : n) {
+    if (!kv.first.IsScalar()) return fail(source, kv.first, "a limit's name must be a word");
     const auto field = kv.first.as<std::string>();
     const auto& v = kv.second;
     double x = 0;
@@ -133,6 +134,7 @@ Expected<KeyRing> parse_keys(const YAML::Node& root, std::string_view source) {
       list = root;
     } else if (root.IsMap()) {
       for (const auto& kv : root) {
+        if (!kv.first.IsScalar()) return fail(source, kv.first, "a field name must be a word");
         const auto field = kv.first.as<std::string>();
         if (field != "keys" && field != "defaults")
           return fail(source, kv.first, "unknown field '" + field + "' (keys, defaults)");
@@ -155,8 +157,13 @@ Expected<KeyRing> parse_keys(const YAML::Node& root, std::string_view source) {
       key.limits = defaults;
       bool has_digest = false, has_env = false;
       for (const auto& kv : k) {
+        // A list or mapping where one value belongs is named here (as<std::string>() would
+        // only say "bad conversion").
+        if (!kv.first.IsScalar()) return fail(source, kv.first, "a field name must be a word");
         const auto field = kv.first.as<std::string>();
         const auto& v = kv.second;
+        if (field != "scopes" && field != "limits" && !v.IsScalar())
+          return fail(source, v, field + " must be a single value, not a list or mapping");
         if (field == "name") {
           key.name = v.as<std::string>();
         } else if (field == "key_sha256") {
@@ -183,6 +190,8 @@ Expected<KeyRing> parse_keys(const YAML::Node& root, std::string_view source) {
             return fail(source, v,
                         "scopes must be a non-empty list of infer, write, metrics, admin");
           for (const auto& s : v) {
+            if (!s.IsScalar())
+              return fail(source, s, "scopes must be a list of infer, write, metrics, admin");
             const auto name = s.as<std::string>();
             if (name == "infer")
               key.scopes |= kScopeInfer;

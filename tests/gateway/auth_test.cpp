@@ -81,6 +81,13 @@ TEST(KeyFile, EveryMistakeIsRefusedWithItsPosition) {
            ", tenant: t, scopes: [infer],"
            " limits: {fill_share: 2}}\n",
        "fill_share must be in (0, 1]"},
+      {"keys:\n  - {name: a, key_sha256: " + h + ", tenant: [t], scopes: [infer]}\n",
+       "keys.yaml:2:101: tenant must be a single value, not a list or mapping"},
+      {"keys:\n  - {name: {x: 1}, key_sha256: " + h + ", tenant: t, scopes: [infer]}\n",
+       "keys.yaml:2:12: name must be a single value"},
+      {"keys:\n  - {name: a, key_sha256: " + h + ", tenant: t, scopes: [[infer]]}\n",
+       "scopes must be a list of infer, write, metrics, admin"},
+      {"keys:\n  - {[1]: a}\n", "keys.yaml:2:6: a field name must be a word"},
       {"keys: []\n", "no keys"},
       {"keys: [\n", "keys.yaml:2:1:"},
   };
