@@ -3,6 +3,7 @@
 // served and, for each call no fill or library entry served, why not, down to the JSON paths
 // where the request differed from what a fill rendered. A one-shot client: blocking I/O is fine.
 #include "cli/commands.hpp"
+#include "cli/number_checks.hpp"
 
 #include <curl/curl.h>
 #include <nlohmann/json.hpp>
@@ -185,7 +186,10 @@ void add_explain_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--workflow", o->workflow, "Only the run of this workflow template");
   cmd->add_option("--tenant", o->tenant, "Another tenant's run (admin keys only)");
   cmd->add_option("--format", o->format, "text or json")->capture_default_str();
-  cmd->add_option("--timeout", o->timeout_s, "Seconds to wait for the answer")
+  // Bounded above 0: curl reads a timeout of 0 as none, and a stalled server would then hold
+  // the command for ever.
+  cmd->add_option("--timeout", o->timeout_s, "Seconds to wait for the answer (0.001 to 3600)")
+      ->check(cli_checks::finite_range(0.001, 3600))
       ->capture_default_str();
   cmd->callback([&run, o] { run = [o] { return run_explain(*o); }; });
 }
