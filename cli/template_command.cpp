@@ -3,11 +3,12 @@
 #include "dsl/draft.hpp"
 #include "dsl/lint.hpp"
 #include "dsl/report.hpp"
+#include "engines/read_file.hpp"
+#include "engines/tools/corpus.hpp"
 
 #include <yaml-cpp/yaml.h>
 #include <nlohmann/json.hpp>
 
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -31,18 +32,37 @@ struct DraftArgs {
 
 constexpr std::size_t kMaxLineBytes = 64u << 20;
 
+// The next line of `in` into `line`, without its newline; false at the end. A line longer than
+// kMaxLineBytes sets `over` and stops there, so a file that never ends a line (/dev/zero) costs
+// neither unbounded memory nor an endless read.
+bool read_line(std::istream& in, std::string& line, bool& over) {
+  line.clear();
+  over = false;
+  std::streambuf* buf = in.rdbuf();
+  bool any = false;
+  for (int c = buf->sbumpc(); c != std::char_traits<char>::eof(); c = buf->sbumpc()) {
+    any = true;
+    if (c == '\n') return true;
+    if (line.size() == kMaxLineBytes) {
+      over = true;
+      return true;
+    }
+    line.push_back(static_cast<char>(c));
+  }
+  return any;
+}
+
 // Tools `dynrt serve` runs read-only: the corpus tools (their record key templates), and the
 // config's HTTP tools that list `reads` and no `writes`.
 bool read_tools(const DraftArgs& a, dsl::DraftOptions& o) {
   if (!a.corpus.empty()) {
-    std::error_code ec;  // a folder opens as a stream, and reading it throws
-    if (std::filesystem::is_directory(a.corpus, ec)) {
-      std::cerr << "dynrt template draft: --corpus " << a.corpus << ": a folder, not a file\n";
+    const auto text = engines::read_bounded(a.corpus, engines::kMaxCorpusBytes, "corpus");
+    if (!text) {
+      std::cerr << "dynrt template draft: --corpus: " << text.error().message << "\n";
       return false;
     }
-    std::ifstream in(a.corpus);
-    const json corpus = json::parse(in, nullptr, false);
-    if (!in || corpus.is_discarded() || !corpus.is_object()) {
+    const json corpus = json::parse(*text, nullptr, false);
+    if (corpus.is_discarded() || !corpus.is_object()) {
       std::cerr << "dynrt template draft: --corpus " << a.corpus
                 << ": not a readable JSON corpus\n";
       return false;
@@ -86,10 +106,16 @@ int run_draft(const DraftArgs& a) {
     }
     std::string line;
     std::size_t n = 0;
-    while (std::getline(in, line)) {
+    bool over = false;
+    while (read_line(in, line, over)) {
       ++n;
+      if (over) {
+        std::cerr << "dynrt template draft: " << path << ":" << n << ": a line over "
+                  << kMaxLineBytes << " bytes; is it a recording from dynrt serve --record?\n";
+        return kExitUsage;
+      }
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      json r = line.size() > kMaxLineBytes ? json() : json::parse(line, nullptr, false);
+      json r = json::parse(line, nullptr, false);
       if (r.is_discarded() || !r.is_object() || !r.contains("workflow") || !r.contains("request")) {
         if (skipped++ < 5)
           std::cerr << path << ":" << n << ": not a recorded call (a JSON line of dynrt serve "

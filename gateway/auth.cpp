@@ -1,5 +1,7 @@
 #include "gateway/auth.hpp"
 
+#include "engines/read_file.hpp"
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <yaml-cpp/yaml.h>
@@ -7,7 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <set>
 #include <sstream>
 
@@ -246,11 +247,9 @@ Expected<KeyRing> parse_keys(std::string_view text, std::string_view source) {
 }
 
 Expected<KeyRing> load_keys_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(path + ": cannot read the key file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_keys(text.str(), path);
+  const auto text = engines::read_bounded(path, kMaxKeyFileBytes, "key file");
+  if (!text) return make_error(text.error().message);
+  return parse_keys(*text, path);
 }
 
 // -- token bucket ------------------------------------------------------------------------------

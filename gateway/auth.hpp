@@ -31,6 +31,7 @@
 #include "runtime/expected.hpp"
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -87,6 +88,8 @@ struct KeyRing {
 // entries with the same key.
 Expected<KeyRing> parse_keys(std::string_view text, std::string_view source);
 Expected<KeyRing> parse_keys(const YAML::Node& node, std::string_view source);
+// At most kMaxKeyFileBytes are read (a pipe works: `--keys <(vault read ...)`).
+inline constexpr std::size_t kMaxKeyFileBytes = std::size_t{1} << 20;
 Expected<KeyRing> load_keys_file(const std::string& path);
 
 // A token bucket: `rate` tokens a second up to `capacity`; starts full. Pure: time is passed in.

@@ -1,14 +1,12 @@
 #include "engines/sim/text.hpp"
 
+#include "engines/read_file.hpp"
 #include "runtime/reuse_name.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <optional>
-#include <sstream>
 
 namespace dynrt::engines::sim {
 
@@ -193,15 +191,9 @@ Expected<Script> Script::parse(std::string_view text) {
 }
 
 Expected<Script> Script::load(const std::string& path) {
-  // A folder opens as a stream and reads as nothing: an empty script, had it not been refused.
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    return make_error("the script " + path + " is a folder, not a file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error("cannot read the script " + path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  auto s = parse(text.str());
+  auto text = read_bounded(path, kMaxScriptBytes, "script");
+  if (!text) return make_error(text.error().message);
+  auto s = parse(*text);
   if (!s) return make_error(path + ": " + s.error().message);
   return s;
 }

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstddef>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -34,12 +35,14 @@ struct Scripted {
 
 // A response script: exact requests (by reuse-relevant content) and, failing those, the first
 // rule whose needle the request's last message contains.
+inline constexpr std::size_t kMaxScriptBytes = std::size_t{256} << 20;
 class Script {
  public:
   // JSON lines, one entry each: {"request": {...body...}, "response": "text"} or
   // {"contains": "needle", "response": "text"}, either with an optional "tool_calls" array of
   // {"name", "arguments"}; blank lines and lines starting with # skipped.
   static Expected<Script> parse(std::string_view text);
+  // A file of at most kMaxScriptBytes (a pipe works; a device that never ends is refused).
   static Expected<Script> load(const std::string& path);
 
   void add_exact(const nlohmann::json& body, std::string response,

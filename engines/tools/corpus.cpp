@@ -1,11 +1,10 @@
 #include "engines/tools/corpus.hpp"
 
+#include "engines/read_file.hpp"
+
 #include <algorithm>
 #include <cctype>
-#include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 namespace dynrt::engines {
 
@@ -183,13 +182,9 @@ Expected<ToolResult> Corpus::run(const ToolCall& call) {
 }
 
 Expected<std::shared_ptr<Corpus>> load_corpus(const std::string& path) {
-  // A folder opens as a stream, and reading it throws.
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    return make_error("the corpus " + path + " is a folder, not a file");
-  std::ifstream in(path);
-  const auto doc = json::parse(in, nullptr, false);
-  if (!in.good() && !in.eof()) return make_error("cannot read " + path);
+  const auto text = read_bounded(path, kMaxCorpusBytes, "corpus");
+  if (!text) return make_error(text.error().message);
+  const auto doc = json::parse(*text, nullptr, false);
   if (doc.is_discarded() || !doc.is_object() || !doc.contains("documents") ||
       !doc.contains("tools") || !doc["tools"].is_object()) {
     return make_error(path +

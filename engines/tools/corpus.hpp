@@ -12,6 +12,7 @@
 
 #include "engines/tools/tool.hpp"
 
+#include <cstddef>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -57,7 +58,9 @@ bool scoped_key_template(std::string_view key_template);
 
 // Reads a corpus file, {"documents": [{"key", "text"}...], "tools": {"name": "key template"}}:
 // the documents, and a lookup tool per entry of `tools` (each key template must be scoped).
-// Errors name the file.
+// Errors name the file. At most kMaxCorpusBytes are read (a pipe works; a device that never
+// ends is refused).
+inline constexpr std::size_t kMaxCorpusBytes = std::size_t{256} << 20;
 Expected<std::shared_ptr<Corpus>> load_corpus(const std::string& path);
 
 // Renders "{{name}}" placeholders from string (or number) arguments; errors name the missing one.

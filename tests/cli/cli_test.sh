@@ -147,6 +147,8 @@ a switch that is no boolean|switches: {fills: maybe}\n|1:19: switches.fills must
 a word for a tool timeout|tools:\n  allow_hosts: [api.example.com]\n  w: {url: "https://api.example.com", timeout_ms: soon}\n|3:51: tool w: timeout_ms must be a whole number; got 'soon'
 CASES
 rm -f "$cfg"
+check "serve refuses a key file that never ends" 2 timeout 20 "$dynrt" serve templates --keys /dev/zero --port 0
+contains "says the key file is over its limit" /tmp/dynrt-cli-err.$$ "the key file /dev/zero is over 1048576 bytes"
 check "explain refuses a timeout of 0 (curl would wait for ever)" 2 "$dynrt" explain --timeout 0 run-1
 contains "explain says the timeout's range" /tmp/dynrt-cli-err.$$ "--timeout: Value 0 is not a finite number in [0.001, 3600]"
 check "serve refuses a --config that is not there" 2 timeout 20 "$dynrt" serve templates --config /tmp/dynrt-cli-none.$$.yaml --port 0

@@ -1,10 +1,13 @@
 // Tool engines: the built-in versioned corpus, and a tool behind a URL.
+#include "engines/read_file.hpp"
 #include "engines/tools/corpus.hpp"
 #include "engines/tools/http_tool.hpp"
 #include "faulty_server.hpp"
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <future>
 
 namespace dynrt::engines {
@@ -63,6 +66,25 @@ TEST(Corpus, SearchRanksByQueryWordsAndReadsWhatItReturns) {
   ASSERT_EQ(r->output["results"].size(), 1u);
   EXPECT_EQ(r->output["results"][0]["key"], "corpus:Bergen");
   EXPECT_EQ(r->reads, (std::vector<ToolRead>{{"corpus:Bergen", 1}}));
+}
+
+// The operator's files are read whole but bounded: a device that never ends is refused at the
+// limit, not read until memory runs out; a folder and a missing file are named.
+TEST(ReadBounded, ReadsUpToTheLimitAndNamesWhatItRefuses) {
+  const std::string dir = ::testing::TempDir() + "read_bounded";
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/data";
+  std::ofstream(path) << "0123456789";
+  EXPECT_EQ(read_bounded(path, 10, "script").value(), "0123456789");
+  EXPECT_EQ(read_bounded(path, 9, "script").error().message,
+            "the script " + path + " is over 9 bytes");
+  EXPECT_EQ(read_bounded(dir, 10, "corpus").error().message,
+            "the corpus " + dir + " is a folder, not a file");
+  EXPECT_EQ(read_bounded(dir + "/none", 10, "key file").error().message,
+            "cannot read the key file " + dir + "/none");
+  EXPECT_EQ(read_bounded("/dev/zero", 1000, "script").error().message,
+            "the script /dev/zero is over 1000 bytes");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Corpus, BadCallsAreErrors) {
