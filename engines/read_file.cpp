@@ -1,5 +1,7 @@
 #include "engines/read_file.hpp"
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -11,8 +13,11 @@ Expected<std::string> read_bounded(const std::string& path, std::size_t max_byte
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     return make_error("the " + named + " is a folder, not a file");
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error("cannot read the " + named);
+  if (!in)
+    return make_error("cannot read the " + named +
+                      (errno != 0 ? std::string(": ") + std::strerror(errno) : std::string()));
   std::string text;
   char buffer[64 << 10];
   while (text.size() <= max_bytes && in.read(buffer, sizeof buffer).gcount() > 0)

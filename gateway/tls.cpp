@@ -1,5 +1,7 @@
 #include "gateway/tls.hpp"
 
+#include "engines/read_file.hpp"
+
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -9,15 +11,15 @@
 #include <boost/asio/ssl/error.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
 
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <cstddef>
+#include <string>
 
 namespace dynrt::gateway {
 
 namespace {
+
+// A certificate chain or a key file is a few KB; a megabyte holds any real chain.
+constexpr std::size_t kMaxPemBytes = std::size_t{1} << 20;
 
 // OpenSSL's reason for the first failure it queued ("no start line"), then a clean queue.
 std::string openssl_reason() {
@@ -27,17 +29,10 @@ std::string openssl_reason() {
   return reason != nullptr ? reason : "unknown OpenSSL error";
 }
 
-// OpenSSL's own messages for a file it cannot open are about its system library, not the file.
+// OpenSSL's own messages for a file it cannot open are about its system library, not the file;
+// and a device that never ends (/dev/zero) is refused at the limit rather than read for ever.
 Expected<std::string> read_pem(const std::string& what, const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    return make_error("the TLS " + what + " " + path + " is a folder, not a file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return make_error("cannot read the TLS " + what + " " + path + ": " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return engines::read_bounded(path, kMaxPemBytes, "TLS " + what);
 }
 
 bool has(const std::string& text, const char* marker) {

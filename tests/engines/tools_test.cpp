@@ -81,7 +81,7 @@ TEST(ReadBounded, ReadsUpToTheLimitAndNamesWhatItRefuses) {
   EXPECT_EQ(read_bounded(dir, 10, "corpus").error().message,
             "the corpus " + dir + " is a folder, not a file");
   EXPECT_EQ(read_bounded(dir + "/none", 10, "key file").error().message,
-            "cannot read the key file " + dir + "/none");
+            "cannot read the key file " + dir + "/none: No such file or directory");
   EXPECT_EQ(read_bounded("/dev/zero", 1000, "script").error().message,
             "the script /dev/zero is over 1000 bytes");
   std::filesystem::remove_all(dir);
