@@ -1,6 +1,7 @@
 #include "actors/branch.hpp"
 
 #include "actors/fill.hpp"
+#include "runtime/json_text.hpp"
 #include "runtime/predictor.hpp"
 
 #include <algorithm>
@@ -359,7 +360,7 @@ behavior branch_actor(Self self, BranchInitPtr init) {
         }
         if (st.proposed) return;
         if (r->ok) {
-          const auto doc = nlohmann::json::parse(r->result.body, nullptr, false);
+          const auto doc = parse_json(r->result.body);
           if (!doc.is_discarded()) {
             const auto sel = dsl::read_selection(decision_of(st), doc);
             if (sel.status == dsl::SelectionResult::Status::selected) st.votes.push_back(sel.value);

@@ -2,6 +2,7 @@
 
 #include "actors/messages.hpp"
 #include "dsl/render.hpp"
+#include "runtime/json_text.hpp"
 
 #include <caf/all.hpp>
 
@@ -33,7 +34,7 @@ bool decodes(const nlohmann::json& chunk) {
 
 void EmissionWatch::feed(std::string_view chunk) {
   if (done_) return;
-  const auto doc = nlohmann::json::parse(chunk, nullptr, /*allow_exceptions=*/false);
+  const auto doc = parse_json(chunk);
   if (!doc.is_object()) return;
   if (fired_) {
     // The decode goes on past the pick: the selected candidate's work may start now. (A pick

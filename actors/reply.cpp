@@ -1,5 +1,7 @@
 #include "actors/reply.hpp"
 
+#include "runtime/json_text.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -200,7 +202,7 @@ ordered_json member_or(const ordered_json& o, const char* key, ordered_json fall
 std::vector<std::string> replay_chunks(std::string_view endpoint, std::string_view body,
                                        bool with_usage) {
   std::vector<std::string> out;
-  const ordered_json full = ordered_json::parse(body, nullptr, false);
+  const ordered_json full = parse_json<ordered_json>(body);
   if (full.is_discarded() || !full.is_object()) return out;
   const bool chat = endpoint.find("chat") != std::string_view::npos;
   ordered_json head;

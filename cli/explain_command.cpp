@@ -4,6 +4,7 @@
 // where the request differed from what a fill rendered. A one-shot client: blocking I/O is fine.
 #include "cli/commands.hpp"
 #include "cli/number_checks.hpp"
+#include "runtime/json_text.hpp"
 
 #include <curl/curl.h>
 #include <nlohmann/json.hpp>
@@ -148,7 +149,7 @@ int run_explain(const ExplainOptions& o) {
   }
   long status = 0;
   curl_easy_getinfo(curl.get(), CURLINFO_RESPONSE_CODE, &status);
-  const auto doc = json::parse(body, nullptr, false);
+  const auto doc = parse_json(body);
   if (status != 200) {
     std::string message = body;
     if (!doc.is_discarded() && doc.contains("error") && doc["error"].is_object())

@@ -5,6 +5,7 @@
 #include "dsl/report.hpp"
 #include "engines/read_file.hpp"
 #include "engines/tools/corpus.hpp"
+#include "runtime/json_text.hpp"
 
 #include <yaml-cpp/yaml.h>
 #include <nlohmann/json.hpp>
@@ -61,7 +62,7 @@ bool read_tools(const DraftArgs& a, dsl::DraftOptions& o) {
       std::cerr << "dynrt template draft: --corpus: " << text.error().message << "\n";
       return false;
     }
-    const json corpus = json::parse(*text, nullptr, false);
+    const json corpus = parse_json(*text);
     if (corpus.is_discarded() || !corpus.is_object()) {
       std::cerr << "dynrt template draft: --corpus " << a.corpus
                 << ": not a readable JSON corpus\n";
@@ -115,7 +116,7 @@ int run_draft(const DraftArgs& a) {
         return kExitUsage;
       }
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      json r = json::parse(line, nullptr, false);
+      json r = parse_json(line);
       if (r.is_discarded() || !r.is_object() || !r.contains("workflow") || !r.contains("request")) {
         if (skipped++ < 5)
           std::cerr << path << ":" << n << ": not a recorded call (a JSON line of dynrt serve "

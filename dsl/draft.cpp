@@ -2,6 +2,7 @@
 
 #include "dsl/render.hpp"
 #include "protocols/protocols.hpp"
+#include "runtime/json_text.hpp"
 
 #include <re2/re2.h>
 
@@ -144,7 +145,7 @@ std::optional<json> inner_json(const std::string& s) {
   while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i])))
     ++i;
   if (i == s.size() || (s[i] != '{' && s[i] != '[')) return std::nullopt;
-  json j = json::parse(s, nullptr, false);
+  json j = parse_json(s);
   if (j.is_discarded()) return std::nullopt;
   return j;
 }

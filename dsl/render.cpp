@@ -2,6 +2,7 @@
 
 #include "dsl/mustache.hpp"
 #include "protocols/protocols.hpp"
+#include "runtime/json_text.hpp"
 
 #include <re2/re2.h>
 #include <kainjow/mustache.hpp>
@@ -144,9 +145,12 @@ Expected<json> locate(const Extractor& ex, const json& doc) {
   if (!v->is_string()) {
     return make_error("the value at \"" + ex.pointer + "\" is not a string holding JSON");
   }
-  json inner = json::parse(v->get_ref<const std::string&>(), nullptr, /*allow_exceptions=*/false);
+  const auto& text = v->get_ref<const std::string&>();
+  json inner = parse_json(text);
   if (inner.is_discarded()) {
-    return make_error("the text at \"" + ex.pointer + "\" is not valid JSON");
+    const std::string where = "the text at \"" + ex.pointer + "\"";
+    return make_error(json_nests_deeper(text) ? json_too_deep(where)
+                                              : where + " is not valid JSON");
   }
   const json* w = resolve_pointer(inner, *ex.json_pointer);
   if (!w) return make_error("JSON pointer \"" + *ex.json_pointer + "\" does not resolve");
@@ -402,6 +406,7 @@ class CompleteStringAt : public nlohmann::json_sax<json> {
     return value();
   }
   bool start_object(std::size_t) override {
+    if (frames_.size() >= kMaxJsonDepth) return false;  // no selection sits that deep
     frames_.push_back(Frame{true, 0});
     path_.emplace_back();  // the key comes next
     return true;
@@ -412,6 +417,7 @@ class CompleteStringAt : public nlohmann::json_sax<json> {
   }
   bool end_object() override { return close(); }
   bool start_array(std::size_t) override {
+    if (frames_.size() >= kMaxJsonDepth) return false;
     frames_.push_back(Frame{false, 0});
     path_.push_back("0");
     return true;

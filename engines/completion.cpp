@@ -1,5 +1,7 @@
 #include "engines/completion.hpp"
 
+#include "runtime/json_text.hpp"
+
 #include <charconv>
 
 namespace dynrt::engines {
@@ -79,7 +81,7 @@ std::optional<std::string> abnormal_parsed_completion(std::string_view endpoint,
 }
 
 std::optional<std::string> abnormal_completion(std::string_view endpoint, std::string_view body) {
-  const json j = json::parse(body, nullptr, false);
+  const json j = parse_json(body);
   if (j.is_discarded()) return std::string("the response is not valid JSON");
   return abnormal_parsed_completion(endpoint, j);
 }

@@ -1,5 +1,7 @@
 #include "gateway/request.hpp"
 
+#include "runtime/json_text.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -72,9 +74,7 @@ class StrictBuilder {
     return true;
   }
   bool open(json container) {
-    if (stack_.size() >= max_depth_)
-      return fail("the request body nests arrays and objects deeper than " +
-                  std::to_string(max_depth_) + " levels");
+    if (stack_.size() >= max_depth_) return fail(json_too_deep("the request body", max_depth_));
     stack_.push_back(add(std::move(container)));
     return true;
   }

@@ -12,6 +12,7 @@
 #pragma once
 
 #include "actors/runtime.hpp"
+#include "runtime/json_text.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -22,8 +23,8 @@
 
 namespace dynrt::gateway {
 
-inline constexpr std::size_t kMaxJsonDepth = 256;  // arrays and objects nested in a body
-inline constexpr std::size_t kMaxTagBytes = 256;   // one X-DynRT-* header value
+using dynrt::kMaxJsonDepth;  // arrays and objects nested in a body (runtime/json_text.hpp)
+inline constexpr std::size_t kMaxTagBytes = 256;  // one X-DynRT-* header value
 inline constexpr std::string_view kToolsPrefix = "/v1/dynrt/tools/";
 inline constexpr std::string_view kRunsPrefix = "/v1/dynrt/runs/";
 

@@ -7,6 +7,7 @@
 #include "gateway/request.hpp"
 #include "gateway/tls.hpp"
 #include "protocols/protocols.hpp"
+#include "runtime/json_text.hpp"
 
 #include <boost/asio/ssl/context.hpp>
 #include <nlohmann/json.hpp>
@@ -440,7 +441,7 @@ class Session final : public HttpConnection {
                           .count();
     r["status"] = status;
     r["served"] = std::string(to_string(served));
-    auto body = json::parse(answer, nullptr, false);
+    auto body = parse_json(answer);
     r["response"] = body.is_discarded() ? json(answer) : std::move(body);
     gw_.options.record(r);
     recording_.reset();

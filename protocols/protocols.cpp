@@ -1,5 +1,7 @@
 #include "protocols/protocols.hpp"
 
+#include "runtime/json_text.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -105,7 +107,7 @@ std::string arguments_text(const json& input) {
 // A chat tool-call's arguments as the object Anthropic's tool_use carries; arguments that are
 // not a JSON object stay the text they are (docs/protocols.md).
 json arguments_object(const std::string& text) {
-  json v = json::parse(text, nullptr, false);
+  json v = parse_json(text);
   if (v.is_object()) return v;
   return text.empty() ? json::object() : json(text);
 }
@@ -824,7 +826,7 @@ std::optional<ordered_json> answer(Api api, const json& request, const json& cha
 
 std::optional<std::string> from_chat(Api api, const json& request, std::string_view chat_text) {
   if (!translated(api)) return std::string(chat_text);
-  auto out = answer(api, request, json::parse(chat_text, nullptr, false));
+  auto out = answer(api, request, parse_json(chat_text));
   if (!out) return std::nullopt;
   return dump(*out);
 }
@@ -852,7 +854,7 @@ std::string error_body(Api api, std::string_view message, int status, std::strin
 }
 
 std::string error_message(std::string_view openai_body) {
-  const json parsed = json::parse(openai_body, nullptr, false);
+  const json parsed = parse_json(openai_body);
   if (parsed.is_object() && parsed.contains("error")) {
     const json& e = parsed["error"];
     if (e.is_object() && e.contains("message") && e["message"].is_string())
@@ -1064,7 +1066,7 @@ StreamTranslator& StreamTranslator::operator=(StreamTranslator&&) noexcept = def
 
 std::string StreamTranslator::chunk(std::string_view data) {
   State& s = *s_;
-  const json c = json::parse(data, nullptr, false);
+  const json c = parse_json(data);
   if (!c.is_object()) return {};
   std::string f;
   if (!s.started) {

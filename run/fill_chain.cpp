@@ -1,5 +1,7 @@
 #include "run/fill_chain.hpp"
 
+#include "runtime/json_text.hpp"
+
 #include <utility>
 
 namespace dynrt::run {
@@ -142,7 +144,7 @@ Hash128 FillChain::name_of(const dsl::Stage& s, const dsl::RenderedRequest& r) c
 }
 
 std::optional<dsl::Bindings> FillChain::outputs(const std::string& bytes) const {
-  const auto doc = nlohmann::json::parse(bytes, nullptr, false);
+  const auto doc = parse_json(bytes);
   if (doc.is_discarded()) return std::nullopt;
   auto outs = dsl::read_outputs(stage(), doc);
   if (!outs) return std::nullopt;

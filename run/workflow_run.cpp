@@ -1,5 +1,6 @@
 #include "run/workflow_run.hpp"
 
+#include "runtime/json_text.hpp"
 #include "runtime/reuse_name.hpp"
 
 #include <algorithm>
@@ -88,7 +89,7 @@ RunEffects WorkflowRun::completed(const dsl::Stage& stage, std::string_view resp
                                   csl::EntryRef entry) {
   RunEffects fx;
   const auto& g = *graph_;
-  auto doc = std::make_shared<nlohmann::json>(nlohmann::json::parse(response, nullptr, false));
+  auto doc = std::make_shared<nlohmann::json>(parse_json(response));
   if (doc->is_discarded()) return fx;
   // Kept in the stage's own protocol: an `extract` source reads it as the stage's answer.
   if (dsl::translated(stage.api)) {

@@ -15,6 +15,8 @@
 // is fine on a standalone Redis, the only deployment supported; Redis Cluster would reject it.
 #include "store/shared_tier.hpp"
 
+#include "runtime/json_text.hpp"
+
 #include <hiredis/hiredis.h>
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
@@ -806,7 +808,7 @@ struct SharedTier::Impl {
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
         text_of(r->element[0]) != "message" || !is_string(r->element[2]))
       return;
-    const auto message = nlohmann::json::parse(text_of(r->element[2]), nullptr, false);
+    const auto message = parse_json(text_of(r->element[2]));
     if (message.is_discarded() || !message.is_object()) return;
     const auto origin = message.find("origin");
     const auto epoch = message.find("epoch");
@@ -926,8 +928,8 @@ void SharedTier::get(const Hash128& name, std::function<void(std::optional<Share
     if (!fence_seq || !is_string(e[1]) || !is_string(e[2]) || !is_string(e[3]) ||
         e[4]->type != REDIS_REPLY_INTEGER || !is_string(e[5]))
       return error();
-    auto keys = strings_of(nlohmann::json::parse(text_of(e[1]), nullptr, false));
-    const auto meta = nlohmann::json::parse(text_of(e[2]), nullptr, false);
+    auto keys = strings_of(parse_json(text_of(e[1])));
+    const auto meta = parse_json(text_of(e[2]));
     if (!keys || !meta.is_object()) return error();
     const auto number = [&](const char* field) -> std::optional<std::uint64_t> {
       const auto it = meta.find(field);

@@ -3,6 +3,7 @@
 #include "engines/completion.hpp"
 #include "engines/openai/assembly.hpp"
 #include "engines/openai/sse.hpp"
+#include "runtime/json_text.hpp"
 
 #include <algorithm>
 
@@ -105,9 +106,11 @@ class OpenAiEngine::Transfer final : public HttpHandler {
         done_ = true;
         continue;
       }
-      const json chunk = json::parse(data, nullptr, false);
+      const json chunk = parse_json(data);
       if (!chunk.is_object()) {
-        problem_ = "a streamed chunk is not a JSON object: " + data.substr(0, 200);
+        problem_ = json_nests_deeper(data)
+                       ? json_too_deep("a streamed chunk")
+                       : "a streamed chunk is not a JSON object: " + data.substr(0, 200);
         return false;
       }
       if (is_error_object(chunk)) {
@@ -158,7 +161,7 @@ class OpenAiEngine::Transfer final : public HttpHandler {
       r.finish_reason = assembler_.finish_reason();
       r.complete = assembler_.complete();
     } else {
-      const json j = json::parse(body_, nullptr, false);
+      const json j = parse_json(body_);
       if (is_error_object(j)) {
         return engine_->settle(pending_, engine_error(j, std::move(body_), "in its body"),
                                std::nullopt);
@@ -167,7 +170,8 @@ class OpenAiEngine::Transfer final : public HttpHandler {
         return engine_->settle(
             pending_,
             EngineError{ErrorKind::malformed, status_, body_.substr(0, kErrorBodyLimit),
-                        "the response is not a completion JSON object"},
+                        json_nests_deeper(body_) ? json_too_deep("the response")
+                                                 : "the response is not a completion JSON object"},
             std::nullopt);
       }
       // A 200 completion that did not finish normally is still the engine's answer for this
@@ -239,7 +243,7 @@ class ModelList final : public HttpHandler {
   }
   void on_done(const HttpOutcome& outcome) override {
     if (outcome.kind != HttpOutcome::Kind::ok || status_ != 200) return done_(std::nullopt);
-    const auto doc = nlohmann::json::parse(body_, nullptr, false);
+    const auto doc = parse_json(body_);
     if (doc.is_discarded() || !doc.is_object() || !doc.contains("data") || !doc["data"].is_array())
       return done_(std::nullopt);
     auto models = nlohmann::json::array();

@@ -4,6 +4,7 @@
 #include "engines/openai/error_body.hpp"
 #include "engines/sim/text.hpp"
 #include "protocols/protocols.hpp"
+#include "runtime/json_text.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -139,8 +140,11 @@ class Session final : public HttpConnection {
   // the chat completion each translates to, as dynrt translates them (so a call made here
   // directly answers what it answers through dynrt).
   void complete(const std::string& path) {
-    json body = json::parse(request().body(), nullptr, false);
-    if (!body.is_object()) return refuse("the request body is not a JSON object", "");
+    json body = parse_json(request().body());
+    if (!body.is_object())
+      return refuse(json_nests_deeper(request().body()) ? json_too_deep("the request body")
+                                                        : "the request body is not a JSON object",
+                    "");
     EngineRequest req;
     req.endpoint = path;
     if (protocols::translated(api_)) {

@@ -1,6 +1,7 @@
 #include "engines/sim/text.hpp"
 
 #include "engines/read_file.hpp"
+#include "runtime/json_text.hpp"
 #include "runtime/reuse_name.hpp"
 
 #include <algorithm>
@@ -162,7 +163,7 @@ Expected<Script> Script::parse(std::string_view text) {
     ++line_no;
     pos = end + 1;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos || line.front() == '#') continue;
-    const json entry = json::parse(line, nullptr, false);
+    const json entry = parse_json(line);
     const auto where = "script line " + std::to_string(line_no) + ": ";
     if (!entry.is_object()) return make_error(where + "not a JSON object");
     if (!entry.contains("response") || !entry["response"].is_string()) {

@@ -1,6 +1,7 @@
 #include "engines/tools/corpus.hpp"
 
 #include "engines/read_file.hpp"
+#include "runtime/json_text.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -184,7 +185,7 @@ Expected<ToolResult> Corpus::run(const ToolCall& call) {
 Expected<std::shared_ptr<Corpus>> load_corpus(const std::string& path) {
   const auto text = read_bounded(path, kMaxCorpusBytes, "corpus");
   if (!text) return make_error(text.error().message);
-  const auto doc = json::parse(*text, nullptr, false);
+  const auto doc = parse_json(*text);
   if (doc.is_discarded() || !doc.is_object() || !doc.contains("documents") ||
       !doc.contains("tools") || !doc["tools"].is_object()) {
     return make_error(path +

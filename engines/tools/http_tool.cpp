@@ -1,5 +1,7 @@
 #include "engines/tools/http_tool.hpp"
 
+#include "runtime/json_text.hpp"
+
 #include <curl/curl.h>
 
 #include <algorithm>
@@ -11,7 +13,9 @@ namespace dynrt::engines {
 using nlohmann::json;
 
 Expected<ToolResult> parse_tool_response(std::string_view body) {
-  const json j = json::parse(body, nullptr, false);
+  const json j = parse_json(body);
+  if (j.is_discarded() && json_nests_deeper(body))
+    return make_error(json_too_deep("the tool's response"));
   if (!j.is_object() || !j.contains("output")) {
     return make_error("the tool's response is not a JSON object with \"output\"");
   }
@@ -143,7 +147,11 @@ class PlainTransfer final : public ToolAnswer {
                                  "); dynrt does not follow a tool's redirects"});
     if (auto e = failure(o, status_ >= 200 && status_ < 300)) return done_(std::move(*e));
     ToolResult r;
-    r.output = json::parse(body_, nullptr, false);
+    r.output = parse_json(body_);
+    // A body that is not JSON is the tool's text; one nested too deep to handle is refused.
+    if (r.output.is_discarded() && json_nests_deeper(body_))
+      return done_(
+          ToolError{ErrorKind::malformed, status_, {}, json_too_deep("the tool's answer")});
     if (r.output.is_discarded()) r.output = body_;
     done_(std::move(r));
   }

@@ -105,6 +105,16 @@ for bad, param in [({"stream": True, "stream_options": {"include_usage": "x"}},
         assert e.code == 400, (bad, e.code)
         error = json.loads(e.read())["error"]
         assert error["param"] == param and param in error["message"], (bad, error)
+# A body nested 100,000 levels deep (which the server would overflow its stack writing) too.
+deep = b'{"model": "sim", "messages": ' + b"[" * 100000 + b"]" * 100000 + b"}"
+try:
+    urllib.request.urlopen(urllib.request.Request(url + "/v1/chat/completions", deep,
+                                                  {"Content-Type": "application/json"}), timeout=10)
+    raise AssertionError("a body nested 100,000 deep was answered")
+except urllib.error.HTTPError as e:
+    assert e.code == 400, e.code
+    message = json.loads(e.read())["error"]["message"]
+    assert "nests arrays and objects deeper than 256 levels" in message, message
 assert json.loads(post(ask))["choices"][0]["message"]["content"] == "Paris is the capital of France."
 PY
   then echo "ok   scripted answers over HTTP"; else echo "FAIL scripted answers over HTTP"; fails=$((fails + 1)); fi

@@ -262,6 +262,13 @@ TEST(Emission, AJsonSelectionNeedsItsClosingQuote) {
       "b");
   EXPECT_EQ(emitted_selection(nested, chat_response(R"({"plan": [{"agent": "a"}, {"agent": "b)")),
             std::nullopt);
+  // A model's text nested a million levels deep is read no deeper than a request body may nest,
+  // whole or partial, and selects nothing.
+  const std::string deep = std::string(1 << 20, '[') + std::string(1 << 20, ']');
+  EXPECT_EQ(emitted_selection(nested, chat_response(R"({"plan": )" + deep)), std::nullopt);
+  const auto whole = read_selection(nested, chat_response(R"({"plan": )" + deep + "}"));
+  EXPECT_EQ(whole.status, SelectionResult::Status::unreadable);
+  EXPECT_NE(whole.reason.find("deeper than 256 levels"), std::string::npos) << whole.reason;
 }
 
 TEST(Emission, AToolCallNameIsEmittedWholeAndAWholeTextSelectionOnlyAtTheEnd) {

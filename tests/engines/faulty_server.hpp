@@ -73,7 +73,7 @@ class FaultyServer {
     stream_stall,    // 200, one SSE chunk, then silence
     bad_chunk,       // 200, an SSE data line that is not JSON
     no_response,     // reads the request, never answers
-    respond,         // 200 with `body` (as JSON), for tool tests
+    respond,         // 200 with `body` (as JSON; to a stream, as one SSE event and [DONE])
     status_502,      // 502 with an OpenAI error body
     status_503,      // 503 with Retry-After and an OpenAI error body
     body_truncated,  // 200, a Content-Length longer than the body, then a clean close
@@ -291,7 +291,11 @@ class FaultyServer {
         plain("200 OK", "", "this is not json");
         break;
       case Mode::respond:
-        plain("200 OK", "", body_);
+        if (stream)
+          write(s, sse_head + chunk("data: " + body_ + "\n\n") + chunk("data: [DONE]\n\n") +
+                       "0\r\n\r\n");
+        else
+          plain("200 OK", "", body_);
         break;
       case Mode::stream_no_done:
         write(s, sse_head + chunk(event) + chunk(event) + "0\r\n\r\n");

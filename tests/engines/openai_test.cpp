@@ -397,6 +397,27 @@ TEST(OpenAiFaults, InvalidJson) {
   EXPECT_EQ(c.error->kind, ErrorKind::malformed) << c.error->message;
 }
 
+// An answer nested a million levels deep would overflow the stack wherever it is copied or
+// written later (a reply, a translation, the library); the adapter refuses it as malformed.
+TEST(OpenAiFaults, AnAnswerNestedTooDeepIsMalformed) {
+  const std::string deep = std::string(1 << 20, '[') + std::string(1 << 20, ']');
+  FaultyServer whole(FaultyServer::Mode::respond,
+                     std::string(testing::kCompletion).insert(1, "\"x\":" + deep + ","));
+  const Outcome o = run_against(whole.base_url(), false);
+  ASSERT_TRUE(o.error);
+  EXPECT_EQ(o.error->kind, ErrorKind::malformed);
+  EXPECT_NE(o.error->message.find("the response nests arrays and objects deeper than 256"),
+            std::string::npos)
+      << o.error->message;
+  FaultyServer chunks(FaultyServer::Mode::respond, R"({"id":"x","choices":)" + deep + "}");
+  const Outcome c = run_against(chunks.base_url(), true);
+  ASSERT_TRUE(c.error);
+  EXPECT_EQ(c.error->kind, ErrorKind::malformed);
+  EXPECT_NE(c.error->message.find("a streamed chunk nests arrays and objects deeper than 256"),
+            std::string::npos)
+      << c.error->message;
+}
+
 TEST(OpenAiFaults, StreamWithoutDone) {
   FaultyServer server(FaultyServer::Mode::stream_no_done);
   const Outcome o = run_against(server.base_url(), true);

@@ -277,6 +277,42 @@ TEST(HttpToolSet, ErrorsLimitsAndInternalAddressesAreToolErrors) {
   }
 }
 
+// A tool behind an API dynrt does not control may answer JSON nested a million levels deep;
+// copying or writing such a value would overflow the stack. It is refused as a malformed answer
+// (a 502 to the caller), and JSON at the depth a request body may have is still an answer.
+TEST(HttpToolSet, AnAnswerNestedTooDeepIsRefusedNotHandled) {
+  const std::string deep = std::string(1 << 20, '[') + std::string(1 << 20, ']');
+  {
+    testing::FaultyServer server(testing::FaultyServer::Mode::respond, deep);
+    auto spec = spec_for(server.base_url());
+    spec.max_response_bytes = 4 << 20;
+    HttpToolSet tools({spec});
+    const auto r = call(tools, "t", json::object());
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().kind, ErrorKind::malformed);
+    EXPECT_NE(r.error().message.find("deeper than 256 levels"), std::string::npos)
+        << r.error().message;
+  }
+  {
+    const std::string fine = std::string(256, '[') + std::string(256, ']');
+    testing::FaultyServer server(testing::FaultyServer::Mode::respond, fine);
+    HttpToolSet tools({spec_for(server.base_url())});
+    const auto r = call(tools, "t", json::object());
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->output.dump(), fine);
+  }
+  {
+    testing::FaultyServer server(testing::FaultyServer::Mode::respond,
+                                 R"({"output": )" + deep + "}");
+    HttpTool tool(HttpToolOptions{server.base_url(), {"t"}});
+    const auto r = call(tool, "t", json::object());
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().kind, ErrorKind::malformed);
+    EXPECT_NE(r.error().message.find("deeper than 256 levels"), std::string::npos)
+        << r.error().message;
+  }
+}
+
 TEST(ToolEngines, TheFirstThatHasTheToolAnswers) {
   testing::FaultyServer server(testing::FaultyServer::Mode::respond, "2");
   auto http = std::make_shared<HttpToolSet>(std::vector<HttpToolSpec>{spec_for(server.base_url())});

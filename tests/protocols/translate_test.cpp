@@ -289,6 +289,23 @@ TEST(MessagesAnswer, TextAndToolCallsBecomeContentBlocks) {
   EXPECT_FALSE(from_chat(Api::messages, req, "{\"error\": 1}"));
 }
 
+// A model's tool-call arguments are its own text: an object nested 300,000 levels deep would
+// overflow the stack once parsed and written again as the tool_use's input (it did). They stay
+// the text they are.
+TEST(MessagesAnswer, ArgumentsNestedTooDeepStayText) {
+  std::string deep;
+  for (int i = 0; i < 300000; ++i)
+    deep += R"({"a":)";
+  deep += "1" + std::string(300000, '}');
+  json chat = json::parse(chat_whole(true));
+  chat["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = deep;
+  const auto out = from_chat(Api::messages, json::object(), chat.dump());
+  ASSERT_TRUE(out);
+  const json m = json::parse(*out);
+  EXPECT_EQ(m["content"][1]["type"], "tool_use");
+  EXPECT_EQ(m["content"][1]["input"], deep);
+}
+
 TEST(MessagesAnswer, AStopStringVllmNamesIsAStopSequence) {
   json chat = json::parse(chat_whole(false));
   chat["choices"][0]["stop_reason"] = "###";
