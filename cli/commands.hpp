@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstddef>
 #include <functional>
 
 namespace dynrt::cli {
@@ -13,6 +14,9 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFindings = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitInternal = 3;
+
+// A --config file is read whole up to this (it may hold keys, as a key file does).
+inline constexpr std::size_t kMaxConfigBytes = std::size_t{1} << 20;
 
 // Each adds its subcommands to `app`; `run` is set to the chosen command's body.
 void add_lint_commands(CLI::App& app, std::function<int()>& run);      // lint, schema

@@ -7,6 +7,7 @@
 #include "dsl/report.hpp"
 #include "dsl/suggest.hpp"
 #include "engines/factory.hpp"
+#include "engines/read_file.hpp"
 #include "engines/sim/profiles.hpp"
 #include "engines/tools/corpus.hpp"
 #include "engines/tools/http_tool.hpp"
@@ -20,6 +21,7 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 #include <boost/asio/ip/address.hpp>
 
@@ -63,6 +65,7 @@ struct ServeOptions {
   std::vector<std::string> engine_flags;  // [MODEL,MODEL=]URL|sim
   std::vector<engines::EngineSpec> engines;
   std::string config;
+  std::string config_text;  // the --config file as read at start (a pipe can be read once)
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string tls_cert;  // with tls_key: HTTPS only
@@ -313,28 +316,31 @@ bool check_config_keys(const std::string& path, const YAML::Node& root) {
   return true;
 }
 
+// "FILE:LINE:COLUMN: what yaml-cpp found".
+std::string yaml_error(const std::string& path, const YAML::Exception& e) {
+  const bool deep = dynamic_cast<const YAML::DeepRecursion*>(&e) != nullptr;
+  return path + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
+         ": " + (deep ? "nested deeper than the YAML reader allows" : e.msg);
+}
+
 // Reads the YAML configuration into `o`; flags given on the command line win (they are applied
 // after). Errors name the file and the key.
 bool load_config(const std::string& path, ServeOptions& o, CLI::App& cmd) {
+  // Read once, bounded: `--config <(vault read ...)` works, and its `auth` section is parsed
+  // from this text (read_keys) rather than from a second read of a pipe already drained.
+  auto text = engines::read_bounded(path, kMaxConfigBytes, "--config file");
+  if (!text) {
+    std::cerr << "dynrt serve: " << text.error().message << "\n";
+    return false;
+  }
   YAML::Node root;
-  // No position to give where the file cannot be opened (yaml-cpp's message says 0:0, and a
-  // folder opens and then fails to read).
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    std::cerr << "dynrt serve: --config " << path << ": a folder, not a file\n";
-    return false;
-  }
   try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    std::cerr << "dynrt serve: --config " << path << ": "
-              << (std::filesystem::exists(path, ec) ? "cannot be read" : "no such file") << "\n";
-    return false;
+    root = YAML::Load(*text);
   } catch (const YAML::Exception& e) {
-    std::cerr << "dynrt serve: " << path << ":" << e.mark.line + 1 << ":" << e.mark.column + 1
-              << ": " << e.msg << "\n";
+    std::cerr << "dynrt serve: " << yaml_error(path, e) << "\n";
     return false;
   }
+  o.config_text = std::move(*text);
   auto given = [&](const char* flag) { return cmd.count(flag) > 0; };
   // A value for a flag's option goes through that option, so it is converted and checked (its
   // range, its choices) exactly as the flag would be; a refusal names the key and its position.
@@ -453,8 +459,7 @@ bool load_config(const std::string& path, ServeOptions& o, CLI::App& cmd) {
         !set(root["io_threads"], "io_threads", "--io-threads"))
       return false;
   } catch (const YAML::Exception& e) {
-    std::cerr << "dynrt serve: " << path << ":" << e.mark.line + 1 << ":" << e.mark.column + 1
-              << ": " << e.msg << "\n";
+    std::cerr << "dynrt serve: " << yaml_error(path, e) << "\n";
     return false;
   } catch (const ConfigTypeError& e) {
     return config_error(path, e.at, e.what);
@@ -483,16 +488,21 @@ bool raise_descriptor_limit(std::size_t max_connections) {
 }
 
 // The keys, from --keys or the --config file's `auth` section; nullopt when neither is given.
-std::optional<Expected<gateway::KeyRing>> read_keys(const ServeOptions& o) {
+// At start the section comes from the text load_config read; `again` (SIGHUP) reads the file anew.
+std::optional<Expected<gateway::KeyRing>> read_keys(const ServeOptions& o, bool again = false) {
   if (!o.keys_file.empty()) return gateway::load_keys_file(o.keys_file);
   if (!o.auth_in_config) return std::nullopt;
+  std::string text = o.config_text;
+  if (again) {
+    auto fresh = engines::read_bounded(o.config, kMaxConfigBytes, "--config file");
+    if (!fresh) return Expected<gateway::KeyRing>(make_error(fresh.error().message));
+    text = std::move(*fresh);
+  }
   try {
-    const auto auth = YAML::LoadFile(o.config)["auth"];
+    const auto auth = YAML::Load(text)["auth"];
     return gateway::parse_keys(auth, o.config + " (auth)");
   } catch (const YAML::Exception& e) {
-    return Expected<gateway::KeyRing>(make_error(o.config + ":" + std::to_string(e.mark.line + 1) +
-                                                 ":" + std::to_string(e.mark.column + 1) + ": " +
-                                                 e.msg));
+    return Expected<gateway::KeyRing>(make_error(yaml_error(o.config, e)));
   }
 }
 
@@ -831,7 +841,7 @@ int serve(ServeOptions& o, CLI::App& cmd) {
     if (sigwait(&signals, &sig) != 0 || sig != SIGHUP) break;
     // The keys first: a bad key file keeps the keys in force (never none).
     if (auth->enabled()) {
-      if (auto keys = read_keys(o); keys && *keys) {
+      if (auto keys = read_keys(o, /*again=*/true); keys && *keys) {
         auth->replace(std::move(**keys));
         std::fprintf(stderr, "dynrt serve: reloaded %zu API key(s)\n", auth->key_count());
       } else if (keys) {

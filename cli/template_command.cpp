@@ -73,8 +73,13 @@ bool read_tools(const DraftArgs& a, dsl::DraftOptions& o) {
         if (key.is_string()) o.read_only_tools[name].reads = {key.get<std::string>()};
   }
   if (!a.config.empty()) {
+    const auto text = engines::read_bounded(a.config, kMaxConfigBytes, "--config file");
+    if (!text) {
+      std::cerr << "dynrt template draft: " << text.error().message << "\n";
+      return false;
+    }
     try {
-      const YAML::Node root = YAML::LoadFile(a.config);
+      const YAML::Node root = YAML::Load(*text);
       if (const YAML::Node tools = root["tools"]; tools && tools.IsMap())
         for (const auto& t : tools) {
           const std::string name = t.first.as<std::string>();

@@ -152,9 +152,15 @@ contains "says the key file is over its limit" /tmp/dynrt-cli-err.$$ "the key fi
 check "explain refuses a timeout of 0 (curl would wait for ever)" 2 "$dynrt" explain --timeout 0 run-1
 contains "explain says the timeout's range" /tmp/dynrt-cli-err.$$ "--timeout: Value 0 is not a finite number in [0.001, 3600]"
 check "serve refuses a --config that is not there" 2 timeout 20 "$dynrt" serve templates --config /tmp/dynrt-cli-none.$$.yaml --port 0
-contains "says so" /tmp/dynrt-cli-err.$$ "dynrt serve: --config /tmp/dynrt-cli-none.$$.yaml: no such file"
+contains "says so" /tmp/dynrt-cli-err.$$ "dynrt serve: cannot read the --config file /tmp/dynrt-cli-none.$$.yaml: No such file or directory"
 check "serve refuses a folder as --config" 2 timeout 20 "$dynrt" serve templates --config templates --port 0
-contains "says it is a folder" /tmp/dynrt-cli-err.$$ "--config templates: a folder, not a file"
+contains "says it is a folder" /tmp/dynrt-cli-err.$$ "the --config file templates is a folder, not a file"
+check "serve refuses a --config that never ends" 2 timeout 20 "$dynrt" serve templates --config /dev/zero --port 0
+contains "says the config is over its limit" /tmp/dynrt-cli-err.$$ "the --config file /dev/zero is over 1048576 bytes"
+printf 'engines: %s\n' "$(printf '[%.0s' $(seq 3000))" > /tmp/dynrt-cli-deep.$$.yaml
+check "serve refuses a --config nested too deep" 2 timeout 20 "$dynrt" serve templates --config /tmp/dynrt-cli-deep.$$.yaml --port 0
+contains "says it is nested too deep" /tmp/dynrt-cli-err.$$ "nested deeper than the YAML reader allows"
+rm -f /tmp/dynrt-cli-deep.$$.yaml
 # A folder opens as a stream on Linux: reading it threw (exit 3), or read as an empty file.
 check "serve refuses a folder as --corpus" 2 timeout 20 "$dynrt" serve templates --corpus templates --port 0
 contains "says the corpus is a folder" /tmp/dynrt-cli-err.$$ "the corpus templates is a folder, not a file"

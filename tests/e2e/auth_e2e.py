@@ -9,6 +9,8 @@
   library; the same call by another tenant runs on the engine.
 - SIGHUP reloads the key file: a new key works at once; a broken file is refused with its
   position and the keys in force keep working.
+- Keys in the auth section of a --config given through a pipe are in force; a SIGHUP that
+  finds the pipe drained keeps them.
 - No key ever appears in the server's output or in /metrics.
 
 usage: auth_e2e.py DYNRT   (run from the repository root)
@@ -151,6 +153,30 @@ def main():
             check(key not in metrics, "key %s is not in /metrics" % name)
     finally:
         stop(proc)
+
+    # A configuration given through a pipe (`--config <(vault read ...)`) is read once: the keys
+    # of its auth section are in force (they were read from the drained pipe, found missing, and
+    # the start refused), and a SIGHUP, with nothing left to read, keeps them.
+    cfg = os.path.join(tmp, "keys-in-config.yaml")
+    key_file(cfg, ["acme-1"])
+    with open(cfg) as f:
+        section = "auth:\n" + "".join("  " + line for line in f)
+    with open(cfg, "w") as f:
+        f.write(section)
+    piped, pport, pline = launch(["bash", "-c", 'exec "$0" serve templates --port 0 '
+                                  '--time-scale 0 --config <(cat "$1")', DYNRT, cfg])
+    perr = Output(piped.stderr)
+    try:
+        check("1 API keys" in pline, "a piped config's keys are in force: %r" % pline)
+        check(request(pport, "GET", "/v1/models", key=KEYS["acme-1"])[0] == 200,
+              "the piped config's key works")
+        check(request(pport, "GET", "/v1/models")[0] == 401, "no key: 401")
+        piped.send_signal(signal.SIGHUP)
+        perr.wait_for("key reload refused")
+        check(request(pport, "GET", "/v1/models", key=KEYS["acme-1"])[0] == 200,
+              "after a SIGHUP with the pipe drained the keys in force still work")
+    finally:
+        stop(piped)
     with out.cond, err.cond:
         text = out.text + err.text
     for name, key in KEYS.items():
