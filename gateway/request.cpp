@@ -1,5 +1,6 @@
 #include "gateway/request.hpp"
 
+#include "runtime/csl/store.hpp"
 #include "runtime/json_text.hpp"
 
 #include <algorithm>
@@ -244,6 +245,15 @@ ParsedWrites parse_writes(std::string_view body) {
     if (!k.is_string() || k.get_ref<const std::string&>().empty()) {
       out.keys.clear();
       out.invalid = {"every record key must be a non-empty string", "keys"};
+      return out;
+    }
+    if (const auto size = k.get_ref<const std::string&>().size(); size > csl::kMaxRecordKeyBytes) {
+      const std::string at = "keys[" + std::to_string(out.keys.size()) + "]";
+      out.keys.clear();
+      out.invalid = {"`" + at + "` is " + std::to_string(size) +
+                         " bytes; a record key is at most " +
+                         std::to_string(csl::kMaxRecordKeyBytes),
+                     at};
       return out;
     }
     out.keys.push_back(std::move(k.get_ref<std::string&>()));

@@ -166,6 +166,7 @@ std::uint32_t Store::intern_record(const std::string& key) {
   }
   Record& r = records_[id];
   r.key = &record_ids_.emplace(key, id).first->first;
+  record_bytes_ += key.size();
   r.version = pruned_floor_;
   return id;
 }
@@ -174,12 +175,15 @@ std::uint32_t Store::intern_record(const std::string& key) {
 // reads as the highest version ever forgotten, at least its own last one, so an execution
 // that snapshotted an older version is refused at insert: forgetting is conservative.
 void Store::prune_records() {
-  if (record_count() <= limits_.max_records) return;
+  if (record_count() <= limits_.max_records && record_bytes_ <= limits_.max_record_bytes) return;
   const std::size_t target = limits_.max_records - limits_.max_records / 4;
-  for (std::uint32_t id = 0; id < records_.size() && record_count() > target; ++id) {
+  const std::size_t target_bytes = limits_.max_record_bytes - limits_.max_record_bytes / 4;
+  for (std::uint32_t id = 0;
+       id < records_.size() && (record_count() > target || record_bytes_ > target_bytes); ++id) {
     Record& r = records_[id];
     if (!r.key || !r.readers.empty()) continue;
     pruned_floor_ = std::max(pruned_floor_, r.version);
+    record_bytes_ -= r.key->size();
     record_ids_.erase(*r.key);
     r = Record{};
     free_records_.push_back(id);
@@ -190,6 +194,7 @@ std::size_t Store::write(std::span<const std::string> keys) {
   std::size_t removed = 0;
   std::vector<std::uint32_t> readers;
   for (const std::string& key : keys) {
+    if (key.size() > kMaxStoredKeyBytes) continue;  // no stored result read it (see insert)
     const std::uint32_t id = intern_record(key);
     records_[id].version = ++sequence_;
     ++stats_.writes;
@@ -302,6 +307,9 @@ InsertResult Store::insert(Insert in, State state) {
     return std::tie(a.key, a.version) < std::tie(b.key, b.version);
   });
   in.reads.erase(std::unique(in.reads.begin(), in.reads.end()), in.reads.end());
+  if (std::any_of(in.reads.begin(), in.reads.end(),
+                  [](const ReadRef& r) { return r.key.size() > kMaxStoredKeyBytes; }))
+    return {InsertStatus::long_key, {}};
   for (const ReadRef& r : in.reads) {
     // (A key listed with two versions fails here for at least one of them.)
     if (version(r.key) != r.version) {

@@ -108,6 +108,7 @@ enum class InsertStatus {
   stale,      ///< a read record was written, or a producer left, since the execution began
   duplicate,  ///< an entry with this name is already present (it is kept)
   too_large,  ///< the result alone exceeds the byte budget
+  long_key,   ///< a record key it read is longer than kMaxStoredKeyBytes
   no_room,    ///< the budgets are full of entries this one is built from (its producers)
 };
 
@@ -136,13 +137,21 @@ enum class RemovalReason {
   retired,      ///< served once and not kept (reuse off); what it produced stays valid
 };
 
+// The longest record key a caller may name (the gateway refuses a longer write), and the longest
+// the store remembers: that, with its scope's prefix (runtime/tenancy.hpp: at most 68 bytes). A
+// result that read a longer one is not stored, and a write of one changes nothing (no stored
+// result can have read it): a caller cannot make the version table hold megabytes per key.
+inline constexpr std::size_t kMaxRecordKeyBytes = 1024;
+inline constexpr std::size_t kMaxStoredKeyBytes = kMaxRecordKeyBytes + 128;
+
 struct Limits {
   std::size_t max_entries = 1'000'000;
   std::size_t max_bytes = std::size_t{1} << 30;  // result bytes
   Duration max_ttl = std::chrono::hours(24);
   std::size_t max_records = 4'000'000;  // record versions remembered (see prune_records)
-  std::size_t eviction_sample = 16;     // entries sampled per eviction
-  std::uint64_t seed = 0x5eed;          // eviction sampling
+  std::size_t max_record_bytes = std::size_t{256} << 20;  // their keys' bytes, as well
+  std::size_t eviction_sample = 16;                       // entries sampled per eviction
+  std::uint64_t seed = 0x5eed;                            // eviction sampling
 };
 
 struct Stats {
@@ -229,7 +238,8 @@ class Store {
   std::size_t size() const { return live_; }
   std::size_t shadow_count() const { return shadows_; }
   std::size_t bytes() const { return bytes_; }
-  std::size_t record_count() const;  // record versions remembered
+  std::size_t record_count() const;                           // record versions remembered
+  std::size_t record_bytes() const { return record_bytes_; }  // the bytes of their keys
   const Stats& stats() const { return stats_; }
   const Limits& limits() const { return limits_; }
 
@@ -277,8 +287,9 @@ class Store {
   std::vector<Record> records_;
   std::vector<std::uint32_t> free_records_;
   std::unordered_map<std::string, std::uint32_t> record_ids_;
-  Version sequence_ = 0;      // the last version handed out by write()
-  Version pruned_floor_ = 0;  // the version a forgotten record reads as
+  std::size_t record_bytes_ = 0;  // the keys' bytes in record_ids_
+  Version sequence_ = 0;          // the last version handed out by write()
+  Version pruned_floor_ = 0;      // the version a forgotten record reads as
   std::pmr::unordered_map<std::uint64_t, std::pmr::vector<std::uint32_t>> branch_shadows_{
       &result_pool_};  // as long-lived as the entries: from their pool
   std::size_t live_ = 0;

@@ -254,6 +254,8 @@ TEST_F(GatewayTest, HostileBodiesAreRefusedWithTheFieldAtFault) {
       {"/v1/dynrt/tools/lookup", "[]", "must be a JSON object", ""},
       {"/v1/dynrt/writes", R"({"keys": "k"})", "`keys` must be an array", "keys"},
       {"/v1/dynrt/writes", R"({"keys": ["a", ""]})", "non-empty string", "keys"},
+      {"/v1/dynrt/writes", R"({"keys": ["a", ")" + std::string(1025, 'k') + R"("]})",
+       "`keys[1]` is 1025 bytes; a record key is at most 1024", "keys[1]"},
       {"/v1/dynrt/writes", R"({"keys": ["a"], "keys": ["b"]})", "appears twice", ""},
   };
   for (const auto& c : cases) {

@@ -493,5 +493,32 @@ TEST(StoreRecords, ForgettingRecordVersionsIsConservative) {
   EXPECT_EQ(store.write(std::vector<std::string>{"quiet"}), 1u);
 }
 
+// A caller names record keys (a write, a tool's arguments): neither their length nor their
+// total size may make the version table grow without bound.
+TEST(StoreRecords, LongKeysAreNotRememberedAndKeyBytesAreBounded) {
+  ManualClock clock;
+  Limits limits;
+  limits.max_record_bytes = 10 * kMaxStoredKeyBytes;
+  Store store(clock, limits);
+  const std::string long_key(kMaxStoredKeyBytes + 1, 'x');
+  Insert in;
+  in.name = N("long");
+  in.reads = store.snapshot(std::vector<std::string>{"short", long_key});
+  EXPECT_EQ(store.put_confirmed(std::move(in)).status, InsertStatus::long_key);
+  EXPECT_EQ(store.size(), 0u);
+  EXPECT_EQ(store.write(std::vector<std::string>{long_key}), 0u);
+  EXPECT_EQ(store.record_count(), 0u) << "a key too long to have been read is not remembered";
+
+  Insert kept;
+  kept.name = N("kept");
+  kept.reads = store.snapshot(std::vector<std::string>{std::string(kMaxStoredKeyBytes, 'k')});
+  ASSERT_EQ(store.put_confirmed(std::move(kept)).status, InsertStatus::stored);
+  for (int i = 0; i < 100; ++i)
+    store.write(std::vector<std::string>{std::to_string(i) + std::string(1000, 'w')});
+  EXPECT_LE(store.record_bytes(), limits.max_record_bytes);
+  // The key a stored result reads is kept (it is never forgotten), and its write still lands.
+  EXPECT_EQ(store.write(std::vector<std::string>{std::string(kMaxStoredKeyBytes, 'k')}), 1u);
+}
+
 }  // namespace
 }  // namespace dynrt::csl
