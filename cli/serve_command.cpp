@@ -65,7 +65,7 @@ struct ServeOptions {
   std::vector<std::string> engine_flags;  // [MODEL,MODEL=]URL|sim
   std::vector<engines::EngineSpec> engines;
   std::string config;
-  std::string config_text;  // the --config file as read at start (a pipe can be read once)
+  YAML::Node config_auth;  // its `auth` section as read at start (a pipe can be read once)
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string tls_cert;  // with tls_key: HTTPS only
@@ -327,8 +327,8 @@ std::string yaml_error(const std::string& path, const YAML::Exception& e) {
 // after). Errors name the file and the key.
 bool load_config(const std::string& path, ServeOptions& o, CLI::App& cmd) {
   // Read once, bounded: `--config <(vault read ...)` works, and its `auth` section is parsed
-  // from this text (read_keys) rather than from a second read of a pipe already drained.
-  auto text = engines::read_bounded(path, kMaxConfigBytes, "--config file");
+  // as read here (kept for read_keys) rather than from a second read of a drained pipe.
+  const auto text = engines::read_bounded(path, kMaxConfigBytes, "--config file");
   if (!text) {
     std::cerr << "dynrt serve: " << text.error().message << "\n";
     return false;
@@ -340,7 +340,6 @@ bool load_config(const std::string& path, ServeOptions& o, CLI::App& cmd) {
     std::cerr << "dynrt serve: " << yaml_error(path, e) << "\n";
     return false;
   }
-  o.config_text = std::move(*text);
   auto given = [&](const char* flag) { return cmd.count(flag) > 0; };
   // A value for a flag's option goes through that option, so it is converted and checked (its
   // range, its choices) exactly as the flag would be; a refusal names the key and its position.
@@ -441,7 +440,10 @@ bool load_config(const std::string& path, ServeOptions& o, CLI::App& cmd) {
                                       std::pair{"shutdown_grace_ms", "--shutdown-grace-ms"}})
         if (!set(l[key], ("limits." + std::string(key)).c_str(), flag)) return false;
     }
-    if (root["auth"] && !given("--keys")) o.auth_in_config = true;
+    if (root["auth"] && !given("--keys")) {
+      o.auth_in_config = true;
+      o.config_auth = root["auth"];
+    }
     if (const auto s = root["shared_stages"]; s && !given("--share-stage"))
       for (auto& n : strings(s, "shared_stages"))
         o.shared_stages.push_back(std::move(n));
@@ -488,19 +490,15 @@ bool raise_descriptor_limit(std::size_t max_connections) {
 }
 
 // The keys, from --keys or the --config file's `auth` section; nullopt when neither is given.
-// At start the section comes from the text load_config read; `again` (SIGHUP) reads the file anew.
+// At start the section is the one load_config read; `again` (SIGHUP) reads the file anew.
 std::optional<Expected<gateway::KeyRing>> read_keys(const ServeOptions& o, bool again = false) {
   if (!o.keys_file.empty()) return gateway::load_keys_file(o.keys_file);
   if (!o.auth_in_config) return std::nullopt;
-  std::string text = o.config_text;
-  if (again) {
-    auto fresh = engines::read_bounded(o.config, kMaxConfigBytes, "--config file");
-    if (!fresh) return Expected<gateway::KeyRing>(make_error(fresh.error().message));
-    text = std::move(*fresh);
-  }
   try {
-    const auto auth = YAML::Load(text)["auth"];
-    return gateway::parse_keys(auth, o.config + " (auth)");
+    if (!again) return gateway::parse_keys(o.config_auth, o.config + " (auth)");
+    const auto text = engines::read_bounded(o.config, kMaxConfigBytes, "--config file");
+    if (!text) return Expected<gateway::KeyRing>(make_error(text.error().message));
+    return gateway::parse_keys(YAML::Load(*text)["auth"], o.config + " (auth)");
   } catch (const YAML::Exception& e) {
     return Expected<gateway::KeyRing>(make_error(yaml_error(o.config, e)));
   }
