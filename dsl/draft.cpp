@@ -361,6 +361,9 @@ class Drafter {
   std::vector<std::string> todos_;  // the workflow's own
   std::set<std::string> names_;
   double span_s_ = 0;
+  // Why the last text infer_leaf could not explain was left: the origin most of its calls
+  // share, when one does ("in 32 of 40 calls it is named in the answer of stage ..."), or "".
+  std::string near_miss_;
 };
 
 // A model stage's `api`, from the endpoint its calls went to.
@@ -981,6 +984,8 @@ bool Drafter::classify(const std::string& stage, const std::string& pointer,
     return 5;
   };
   std::optional<Hit> chosen;
+  std::size_t near_fit = 0;
+  std::string near;
   std::vector<std::size_t> chosen_in;
   std::vector<std::string> chosen_value;
   std::vector<std::pair<std::size_t, std::size_t>> chosen_pos;
@@ -995,6 +1000,7 @@ bool Drafter::classify(const std::string& stage, const std::string& pointer,
     pos = *variant;
     hit_in.clear();
     hits.clear();
+    std::map<std::string, std::size_t> ran_before;  // stage -> instances it came before
     if (empty) continue;
     for (std::size_t k = 0; k < n; ++k) {
       const Instance& in = at[k];
@@ -1040,11 +1046,30 @@ bool Drafter::classify(const std::string& stage, const std::string& pointer,
             note({e.stage, p, "", false, false, false, model});
         });
       }
+      for (const std::string& earlier : stages_seen)
+        ++ran_before[earlier];
     }
     const Hit* best = nullptr;
     std::string best_key;
     for (const auto& [key, h] : hits) {
       const std::size_t fit = hit_in[key].size();
+      // An origin most calls share, but too few for the draft to rely on: named in the to-do,
+      // since the others are often a harness's fallback the author can tell at a glance.
+      // Only another stage's answer, one that came before nearly every call: a value a
+      // request carried half the time, or an answer that only some calls had before them (a
+      // stage's second turn), says little.
+      if (!enough(fit, n) && h.response && h.stage != stage && enough(ran_before[h.stage], n) &&
+          fit * 2 >= n && fit > near_fit) {
+        near_fit = fit;
+        const auto& in = hit_in[key];
+        std::size_t odd = 0;  // the first instance it does not fit (`in` is ascending)
+        while (odd < in.size() && in[odd] == odd)
+          ++odd;
+        near = "in " + std::to_string(fit) + " of " + std::to_string(n) + " calls it is " +
+               (h.exact ? "the answer of stage " : "named in the answer of stage ") + h.stage +
+               " at " + h.pointer + (h.inner.empty() ? "" : " (JSON " + h.inner + ")") +
+               " (not in run " + at[odd].run->id + ", among others)";
+      }
       if (!enough(fit, n)) continue;
       if (!best || rank(h) < rank(*best) ||
           (rank(h) == rank(*best) && fit > hit_in[best_key].size())) {
@@ -1061,6 +1086,7 @@ bool Drafter::classify(const std::string& stage, const std::string& pointer,
     }
   }
   const Hit* best = chosen ? &*chosen : nullptr;
+  near_miss_ = near;  // read only if the text is left unexplained
   if (chosen) {
     value = chosen_value;
     pos = chosen_pos;
@@ -1190,6 +1216,12 @@ bool Drafter::classify(const std::string& stage, const std::string& pointer,
   for (std::size_t k = 0; k < n; ++k)
     if (read(*at[k].call().request, v.where) == whole_values[k]) ++fit;
   if (!enough(fit, n)) return false;
+  if (!near.empty())  // most calls say it came from earlier: a fallback may hide a decision
+    s.todos.push_back("the text at " + pointer +
+                      " is drafted as this stage's own input, so no fill can render it before "
+                      "the call, but " +
+                      near + ": if the other calls are a fallback of the harness, bind it from " +
+                      "there, or draft again from a recording without them");
   const bool first = !stages_.empty() && stages_.front().name == s.name;
   const std::string hint = whole ? name_from(c.left) : std::string();
   v.name = unique_name(hint.empty() ? (first ? "input" : leaf_name) : hint, s.name + "_input");
@@ -1199,6 +1231,7 @@ bool Drafter::classify(const std::string& stage, const std::string& pointer,
 
 std::optional<std::string> Drafter::infer_leaf(const std::string& stage, const std::string& pointer,
                                                const std::vector<std::string>& values) {
+  near_miss_.clear();
   for (int attempt = 0; attempt < 8; ++attempt) {
     const StageDraft& st = *find(stages_, stage);
     std::vector<Cand> cands;
@@ -1417,11 +1450,16 @@ void Drafter::infer_stage(StageDraft& s0) {
     if (const auto text = infer_leaf(stage, at, values)) {
       slot = *text;
     } else {
+      const std::string why =
+          near_miss_.empty()
+              ? std::string(" and the draft found no source for it: bind it")
+              : " and the draft found no source that nearly every call shares, but " + near_miss_ +
+                    ": if the other calls are a fallback of the harness, bind it from there, or "
+                    "draft again from a recording without them";
       self().todos.push_back(
           "the text at " + at + " varies across runs (" +
-          std::to_string(std::set<std::string>(values.begin(), values.end()).size()) +
-          " values) and the draft found no source for it: bind it; the draft "
-          "keeps the first call's text, which only that call matches");
+          std::to_string(std::set<std::string>(values.begin(), values.end()).size()) + " values)" +
+          why + "; the draft keeps the first call's text, which only that call matches");
     }
   };
   // A stage that carries on an earlier stage's resent conversation: its list is that stage's

@@ -131,6 +131,50 @@ TEST(Draft, AFewCallsThatFitNoRuleAreLeftToTheEngineAndSaidSo) {
       << d.yaml;
 }
 
+TEST(Draft, AnOriginMostButNotNearlyAllCallsShareIsNamedInTheTodo) {
+  Recorder r = routing(40);
+  // In every fourth run the router's answer names no handler and the harness fell back to
+  // "weather": too many odd calls for the draft to rely on the router, so it asks, and says
+  // where the value comes from in the others.
+  for (std::size_t i = 0; i < 40; i += 4) {
+    r.records[3 * i]["response"]["choices"][0]["message"]["content"] = "I cannot tell.";
+    r.records[3 * i + 1]["request"]["messages"][0]["content"] =
+        "You are the weather handler. Call the weather API.";
+  }
+  Draft d = only(draft_templates(r.records));
+  EXPECT_EQ(d.yaml.find("decides: handler"), std::string::npos) << d.yaml;
+  // Drafted as the handler's own input, which no fill can render: a to-do says why to look.
+  EXPECT_NE(d.yaml.find("the text at /messages/0/content is drafted as this stage's own input, "
+                        "so no fill can render it before the call, but in 30 of 40 calls it is "
+                        "named in the answer of stage router at /choices/0/message/content (not "
+                        "in run run-0, among others): if the other calls are a fallback of the "
+                        "harness"),
+            std::string::npos)
+      << d.yaml;
+  // That one, the tool's `api` (the same value), and whether the tool is read-only.
+  EXPECT_EQ(d.todos.size(), 3u) << d.yaml;
+  EXPECT_NE(d.yaml.find("the text at /api is drafted as this stage's own input, so no fill can "
+                        "render it before the call, but in 30 of 40 calls it is named in the "
+                        "answer of stage router"),
+            std::string::npos)
+      << d.yaml;
+
+  // Where the text is not even an input (the router's request lists every handler, so the
+  // draft looks there first and finds no regex), the to-do that keeps the first call's text
+  // names the same origin.
+  for (std::size_t i = 0; i < 40; ++i)
+    r.records[3 * i]["request"]["messages"][0]["content"] =
+        "Route it to weather, calendar or email. End with HANDLER: <name>.";
+  d = only(draft_templates(r.records));
+  EXPECT_EQ(d.yaml.find("decides: handler"), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("found no source that nearly every call shares, but in 30 of 40 calls "
+                        "it is named in the answer of stage router at /choices/0/message/content "
+                        "(not in run run-0, among others): if the other calls are a fallback of "
+                        "the harness"),
+            std::string::npos)
+      << d.yaml;
+}
+
 TEST(Draft, AStageThatRepeatsMakesALoopWhoseIndexTemplatesUse) {
   Recorder r;
   for (int i = 0; i < 30; ++i) {
