@@ -301,7 +301,8 @@ struct StageDraft {
   std::vector<Instance> instances;
   bool greedy = false;
   double p90_latency_ms = 0;
-  bool user = false;  // a user stage the draft adds (a person's pick)
+  bool user = false;        // a user stage the draft adds (a person's pick)
+  std::string description;  // a user stage's
   std::string decides;
   std::string history;  // the variable its resent conversation is bound to, if it resends one
 };
@@ -341,11 +342,16 @@ class Drafter {
   bool in_loop(const std::string& stage) const {
     return std::find(loop_.begin(), loop_.end(), stage) != loop_.end();
   }
+  json learned_candidates(const std::vector<std::string>& values) const;
   json decode_candidates(const std::string& decider, const std::vector<Instance>& at,
                          const std::vector<std::string>& values);
   // Stage `decider` decides `v`, read from its answer; `at`: the calls that used it.
   void add_decision(StageDraft& decider, const Var& v, const std::vector<Instance>& at,
                     const std::vector<std::string>& values);
+  // A user stage that decides `v` (bound by `consumer`'s request), between `after` and
+  // `consumer`; stages_ is reallocated, so references into it are invalid afterwards.
+  void add_pick(const std::string& consumer, Var v, std::vector<std::string> after,
+                std::string description, nlohmann::json candidates, std::size_t instances);
   // -- the template --
   std::string yaml() const;
 
@@ -905,7 +911,11 @@ json Drafter::decode_candidates(const std::string& decider, const std::vector<In
                 {"regex", regex},
                 {"max", o_.max_candidates}};
   }
-  // Otherwise the values seen, most frequent first: a `learned` source they seed.
+  return learned_candidates(values);
+}
+
+// The values seen, most frequent first: a `learned` source they seed.
+json Drafter::learned_candidates(const std::vector<std::string>& values) const {
   std::map<std::string, std::size_t> count;
   for (const auto& v : values)
     ++count[v];
@@ -928,6 +938,28 @@ void Drafter::add_decision(StageDraft& decider, const Var& v, const std::vector<
   dec.candidates = decode_candidates(decider.name, at, values);
   dec.instances = at.size();
   decisions_.push_back(std::move(dec));
+}
+
+void Drafter::add_pick(const std::string& consumer, Var v, std::vector<std::string> after,
+                       std::string description, json candidates, std::size_t instances) {
+  StageDraft user;
+  user.name = unique_name("pick", "pick");
+  user.user = true;
+  user.description = std::move(description);
+  user.after = std::move(after);
+  user.decides = v.name;
+  find(stages_, consumer)->after = {user.name};
+  Decision dec;
+  dec.name = v.name;
+  dec.stage = user.name;
+  dec.user = true;
+  dec.candidates = std::move(candidates);
+  dec.instances = instances;
+  decisions_.push_back(std::move(dec));
+  vars_.push_back(std::move(v));
+  const auto at = std::find_if(stages_.begin(), stages_.end(),
+                               [&](const StageDraft& x) { return x.name == consumer; });
+  stages_.insert(at, std::move(user));
 }
 
 // A part of a request that no known value explains becomes a new variable: a value an earlier
@@ -1135,27 +1167,14 @@ bool Drafter::classify(const std::string& stage, const std::string& pointer,
     v.name = unique_name(hint, "pick");
     v.where = {pointer, "",
                whole && c.left.empty() && c.right.empty() ? "" : capture_regex(c, vals, whole)};
-    StageDraft user;
-    user.name = unique_name("pick", "pick");
-    user.user = true;
-    user.after = {best->stage};
-    user.decides = v.name;
-    s.after = {user.name};
-    Decision dec;
-    dec.name = v.name;
-    dec.stage = user.name;
-    dec.user = true;
-    dec.candidates = {{"source", "extract"},
-                      {"stage", best->stage},
-                      {"pointer", best->pointer},
-                      {"max", o_.max_candidates}};
-    if (!best->inner.empty()) dec.candidates["json"] = best->inner;
-    dec.instances = ks.size();
-    decisions_.push_back(std::move(dec));
-    vars_.push_back(std::move(v));
-    const auto consumer = std::find_if(stages_.begin(), stages_.end(),
-                                       [&](const StageDraft& x) { return x.name == stage; });
-    stages_.insert(consumer, std::move(user));  // `s` and `best` are invalid from here
+    json candidates = {{"source", "extract"},
+                       {"stage", best->stage},
+                       {"pointer", best->pointer},
+                       {"max", o_.max_candidates}};
+    if (!best->inner.empty()) candidates["json"] = best->inner;
+    add_pick(stage, std::move(v), {best->stage},
+             "A person picks from what the stage before offered.", std::move(candidates),
+             ks.size());  // `s` and `best` are invalid from here
     return true;
   }
   if (best) {
@@ -1216,14 +1235,45 @@ bool Drafter::classify(const std::string& stage, const std::string& pointer,
   for (std::size_t k = 0; k < n; ++k)
     if (read(*at[k].call().request, v.where) == whole_values[k]) ++fit;
   if (!enough(fit, n)) return false;
+  const bool first = !stages_.empty() && stages_.front().name == s.name;
+  const std::string hint = whole ? name_from(c.left) : std::string();
+  // A later stage's own input that takes a few values, each again and again ("send" or
+  // "escalate"): a person's pick among fixed options, or a setting of the harness. Either way
+  // the workflow waits for it after the stages before, so the draft makes it a user decision
+  // whose candidates are the values seen, and fills each while it waits. Not where most calls
+  // had it named by an earlier answer: that answer more likely decides it (the to-do below).
+  std::map<std::string, std::size_t> seen;
+  for (std::size_t k = 0; k < n; ++k)
+    ++seen[whole_values[k]];
+  const bool few =
+      seen.size() >= 2 && seen.size() <= o_.max_values && n >= 4 * seen.size() &&
+      std::all_of(seen.begin(), seen.end(), [](const auto& e) { return e.second >= 2; });
+  const bool after_user = std::any_of(s.after.begin(), s.after.end(), [&](const std::string& a) {
+    const StageDraft* b = find(stages_, a);
+    return b && b->user;
+  });
+  if (few && near.empty() && !first && !in_loop(s.name) && !s.after.empty() && !after_user) {
+    v.kind = VarKind::user_decision;
+    v.name = unique_name(hint.empty() ? leaf_name : hint, "pick");
+    std::vector<std::string> values;
+    for (std::size_t k = 0; k < n; ++k)
+      values.push_back(whole_values[k]);
+    s.notes.push_back("the request names one of " + std::to_string(seen.size()) + " values at " +
+                      pointer +
+                      ", each in several runs: drafted as a person's pick that fills each value "
+                      "while the workflow waits; make it an input if it is known before the "
+                      "stages ahead of it run");
+    add_pick(stage, std::move(v), s.after,
+             "A person picks one of the values the next stage's calls named.",
+             learned_candidates(values), n);  // `s` is invalid from here
+    return true;
+  }
   if (!near.empty())  // most calls say it came from earlier: a fallback may hide a decision
     s.todos.push_back("the text at " + pointer +
                       " is drafted as this stage's own input, so no fill can render it before "
                       "the call, but " +
                       near + ": if the other calls are a fallback of the harness, bind it from " +
                       "there, or draft again from a recording without them");
-  const bool first = !stages_.empty() && stages_.front().name == s.name;
-  const std::string hint = whole ? name_from(c.left) : std::string();
   v.name = unique_name(hint.empty() ? (first ? "input" : leaf_name) : hint, s.name + "_input");
   vars_.push_back(std::move(v));
   return true;
@@ -1781,7 +1831,7 @@ std::string Drafter::yaml() const {
     if (const auto t = tool_todo.find(s.name); t != tool_todo.end()) todo(out, 4, t->second);
     out << "    kind: " << (s.user ? "user" : s.tool ? "tool" : "model") << "\n";
     out << "    description: "
-        << scalar(json(s.user ? std::string("A person picks from what the stage before offered.")
+        << scalar(json(s.user ? s.description
                               : "Seen in " + std::to_string(s.instances.size()) + " calls."))
         << "\n";
     if (s.after.size() == 1) out << "    after: " << s.after[0] << "\n";

@@ -523,6 +523,44 @@ TEST(Draft, AnItemPickedFromAnOfferedListIsAPersonsDecision) {
   EXPECT_NE(d.yaml.find("content: \"Do: {{action}}\""), std::string::npos) << d.yaml;
 }
 
+// A person approves or escalates a drafted reply; the last stage's request names which. Nothing
+// earlier offers the two values, but each comes back run after run: a person's pick among fixed
+// options, which the draft fills while the workflow waits. A value new in every run stays an
+// input.
+TEST(Draft, AFewValuesALaterRequestNamesAgainAndAgainAreAPersonsPick) {
+  Recorder r;
+  for (int i = 0; i < 30; ++i) {
+    const std::string id = "t" + std::to_string(i);
+    const std::string ticket = "Ticket " + std::to_string(i);
+    r.chat("triage", id, "draft",
+           json::array({msg("system", "Draft a reply."), msg("user", ticket)}),
+           "Reply " + std::to_string(i));
+    const std::string action = i % 3 == 0 ? "escalate" : "send";
+    r.chat("triage", id, "finalize",
+           json::array({msg("system", "Action: " + action + ". Rewrite it."),
+                        msg("user", "Reply " + std::to_string(i)),
+                        msg("user", "Signed, agent " + std::to_string(500 + i * 7))}),
+           "Final " + std::to_string(i));
+  }
+  const Draft d = only(draft_templates(r.records));
+  const LintReport lint = lint_text("triage.yaml", d.yaml);
+  EXPECT_TRUE(lint.diagnostics.empty()) << d.yaml;
+  ASSERT_EQ(lint.graphs().size(), 1u) << d.yaml;
+  const TemplateGraph& g = *lint.graphs().front();
+  const Stage* pick = g.stage("pick");
+  ASSERT_TRUE(pick) << d.yaml;
+  EXPECT_EQ(pick->kind, StageKind::user);
+  EXPECT_NE(d.yaml.find("decides: action"), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("values: [send, escalate]"), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("window: user"), std::string::npos) << d.yaml;
+  EXPECT_NE(d.yaml.find("the request names one of 2 values at /messages/0/content"),
+            std::string::npos)
+      << d.yaml;
+  // The agent's number is new in every run: the caller's input, as before.
+  EXPECT_NE(d.yaml.find("content: \"Signed, agent {{agent}}\""), std::string::npos) << d.yaml;
+  EXPECT_EQ(render_replayed(r.records, g, "finalize", d.yaml), 30u);
+}
+
 TEST(Draft, WhatItCannotInferIsAPositionedTodo) {
   Recorder r;
   for (int i = 0; i < 10; ++i) {
