@@ -580,6 +580,21 @@ class Builder final : public YAML::EventHandler {
   }
 
   void check_key(const Node& key) {
+    // `content: {{query}}` unquoted: YAML reads a flow mapping whose key is the mapping
+    // {query: null}. Say what was meant, since "a mapping key" is not what the author wrote.
+    const std::size_t b = key.span.begin;
+    if (key.kind == Kind::mapping && b > 0 && b < text_.size() && text_[b - 1] == '{' &&
+        text_[b] == '{') {
+      const std::size_t close = text_.find("}}", b);
+      if (close != std::string::npos && close < text_.find('\n', b) &&
+          text_.find_first_of(":,{}", b + 1) == close) {  // a tag's name, not YAML of its own
+        const std::string tag = text_.substr(b - 1, close + 3 - b);
+        sink_.add(Rule::unsupported_yaml, Span{b - 1, close + 2},
+                  "YAML reads an unquoted " + tag + " as a mapping, not as text; quote it: \"" +
+                      tag + "\"");
+        return;
+      }
+    }
     if (key.kind == Kind::sequence || key.kind == Kind::mapping) {
       sink_.add(Rule::unsupported_yaml, key.span,
                 "mapping keys must be plain scalars, not " + std::string(describe(key)));

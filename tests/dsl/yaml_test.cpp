@@ -173,6 +173,22 @@ TEST(Yaml, MergeKeysCustomTagsAndComplexKeysAreUnsupported) {
                                           Rule::unsupported_yaml}));
 }
 
+TEST(Yaml, AnUnquotedTagIsNamedAsTheMappingYamlReadsItAs) {
+  Parsed p("messages:\n  - content: {{query}}\n  - [{{a.b}}, x]\n");
+  ASSERT_EQ(p.rules(), (std::vector<Rule>{Rule::unsupported_yaml, Rule::unsupported_yaml}));
+  const auto& d = p.sink.diagnostics();
+  EXPECT_EQ(d[0].message,
+            "YAML reads an unquoted {{query}} as a mapping, not as text; quote it: \"{{query}}\"");
+  EXPECT_EQ(d[0].begin.line, 2);
+  EXPECT_EQ(d[0].begin.column, 14);
+  EXPECT_NE(d[1].message.find("quote it: \"{{a.b}}\""), std::string::npos) << d[1].message;
+  // A mapping key that is no tag keeps the general wording.
+  Parsed q("{{a: {b: 1}}: v}\n");
+  ASSERT_EQ(q.rules(), (std::vector<Rule>{Rule::unsupported_yaml}));
+  EXPECT_NE(q.sink.diagnostics()[0].message.find("mapping keys must be plain scalars"),
+            std::string::npos);
+}
+
 TEST(Encoding, AcceptsUtf8Text) {
   EXPECT_FALSE(check_encoding("a: \xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80\n\ttab\r\n"));
 }
