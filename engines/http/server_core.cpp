@@ -233,6 +233,14 @@ void HttpConnection::on_read(beast::error_code ec) {
                          "closed)");
   request_ = parser_->release();
   keep_alive_ = request_.keep_alive();
+  // A compressed body (Content-Encoding: gzip) would otherwise read as JSON that is not JSON.
+  // RFC 9110 section 8.4.1: a content coding the server does not accept is a 415. Its framing
+  // was sound, so the connection stays open.
+  if (const auto coding = request_.find(http::field::content_encoding);
+      coding != request_.end() && !beast::iequals(coding->value(), "identity"))
+    return respond_error(http::status::unsupported_media_type,
+                         "the request body's Content-Encoding '" + std::string(coding->value()) +
+                             "' is not supported; send the body uncompressed");
   on_request();
 }
 

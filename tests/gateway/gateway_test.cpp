@@ -347,6 +347,19 @@ TEST_F(GatewayTest, SmugglingShapesAreRefusedAndTheConnectionClosed) {
   expect_untouched();
 }
 
+TEST_F(GatewayTest, ACompressedBodyIsRefusedWith415AndTheConnectionKept) {
+  start();
+  Conn c(port());
+  c.send(post("/v1/chat/completions", kChat, "Content-Encoding: gzip\r\n", false));
+  const std::string r = c.read_response();
+  expect_error(r, 415);
+  EXPECT_NE(r.find("Content-Encoding 'gzip' is not supported"), std::string::npos) << r;
+  // The body was framed by its Content-Length: the next request on the connection is served.
+  c.send(post("/v1/chat/completions", kChat, "Content-Encoding: identity\r\n", false));
+  EXPECT_EQ(status_of(c.read_response()), 200);
+  EXPECT_EQ(runtime_->stats().served_engine, 1u);  // the refused one never reached the runtime
+}
+
 TEST_F(GatewayTest, BytesBeyondContentLengthAreAMalformedNextRequest) {
   start();
   Conn c(port());
