@@ -22,6 +22,26 @@ std::string join_names(const std::vector<std::string>& names) {
 }
 
 std::optional<TemplateGraph> Compiler::run() {
+  // A YAML file with none of a template's own keys is some other file in the templates folder
+  // (serve's --config, a compose file): one finding that says so, not one per key.
+  if (root_.is_mapping() && !root_.find("version") && !root_.find("workflow") &&
+      !root_.find("stages")) {
+    static const char* const kServeKeys[] = {"listen",     "engines",      "sim",     "tools",
+                                             "switches",   "auth",         "library", "explain",
+                                             "io_threads", "shared_stages"};
+    std::vector<std::string> serve;
+    for (const char* k : kServeKeys)
+      if (root_.find(k)) serve.emplace_back(k);
+    sink_.add(Rule::missing_key, Span{root_.span.begin, root_.span.begin},
+              serve.empty()
+                  ? "not a workflow template: the file has none of the keys \"version\", "
+                    "\"workflow\" and \"stages\"; keep other YAML files out of the templates' "
+                    "paths"
+                  : "not a workflow template but, by its keys " + join_names(serve) +
+                        ", a `dynrt serve` configuration: pass it with --config, and keep it out "
+                        "of the templates' paths");
+    return std::nullopt;
+  }
   schema::validate(root_, schema::template_schema(), sink_);
   if (!root_.is_mapping()) return std::nullopt;
   g_.source_path = file_.path();

@@ -146,6 +146,28 @@ TEST(Lint, ErrorsMakeATemplateUnusableWarningsDoNot) {
   EXPECT_EQ(warn.graphs().size(), 1u);
 }
 
+// A serve configuration or any other YAML among the templates: one finding naming what the file
+// is, not an unknown-key error for each of its keys and a missing-key one for each of ours.
+TEST(Lint, AFileThatIsNoTemplateGetsOneFindingThatSaysWhatItIs) {
+  const LintReport config = lint("engines:\n  - url: sim\nlimits: {max_body_bytes: 1000}\n");
+  ASSERT_EQ(rules(config), (std::vector<std::string>{"missing-key"}));
+  EXPECT_EQ(config.diagnostics[0].message,
+            "not a workflow template but, by its keys \"engines\", a `dynrt serve` "
+            "configuration: pass it with --config, and keep it out of the templates' paths");
+  EXPECT_EQ(config.diagnostics[0].begin.line, 1);
+  EXPECT_FALSE(config.files[0].usable);
+  const LintReport other = lint("services:\n  web: {image: nginx}\n");
+  ASSERT_EQ(rules(other), (std::vector<std::string>{"missing-key"}));
+  EXPECT_NE(other.diagnostics[0].message.find("none of the keys \"version\", \"workflow\" and "
+                                              "\"stages\""),
+            std::string::npos);
+  // A template that lacks one of them is a template with a missing key, as before.
+  const LintReport partial = lint("workflow: w\nstages:\n  a: {kind: user}\n");
+  EXPECT_EQ(rules(partial), (std::vector<std::string>{"missing-key"}));
+  EXPECT_NE(partial.diagnostics[0].message.find("missing required key \"version\""),
+            std::string::npos);
+}
+
 TEST(Lint, AmbiguousBooleanDefersToWrongType) {
   const LintReport r = lint(R"(version: 1
 workflow: w
