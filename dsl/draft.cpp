@@ -1099,8 +1099,8 @@ bool Drafter::classify(const std::string& stage, const std::string& pointer,
           ++odd;
         near = "in " + std::to_string(fit) + " of " + std::to_string(n) + " calls it is " +
                (h.exact ? "the answer of stage " : "named in the answer of stage ") + h.stage +
-               " at " + h.pointer + (h.inner.empty() ? "" : " (JSON " + h.inner + ")") +
-               " (not in run " + at[odd].run->id + ", among others)";
+               " at " + h.pointer + (h.inner.empty() ? "" : " (JSON " + h.inner + ")") + " (run " +
+               at[odd].run->id + " is one it does not fit)";
       }
       if (!enough(fit, n)) continue;
       if (!best || rank(h) < rank(*best) ||
@@ -1254,7 +1254,7 @@ bool Drafter::classify(const std::string& stage, const std::string& pointer,
   });
   if (few && near.empty() && !first && !in_loop(s.name) && !s.after.empty() && !after_user) {
     v.kind = VarKind::user_decision;
-    v.name = unique_name(hint.empty() ? leaf_name : hint, "pick");
+    v.name = unique_name(hint.empty() ? leaf_name : hint, "choice");
     std::vector<std::string> values;
     for (std::size_t k = 0; k < n; ++k)
       values.push_back(whole_values[k]);

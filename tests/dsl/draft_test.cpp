@@ -146,8 +146,8 @@ TEST(Draft, AnOriginMostButNotNearlyAllCallsShareIsNamedInTheTodo) {
   // Drafted as the handler's own input, which no fill can render: a to-do says why to look.
   EXPECT_NE(d.yaml.find("the text at /messages/0/content is drafted as this stage's own input, "
                         "so no fill can render it before the call, but in 30 of 40 calls it is "
-                        "named in the answer of stage router at /choices/0/message/content (not "
-                        "in run run-0, among others): if the other calls are a fallback of the "
+                        "named in the answer of stage router at /choices/0/message/content (run "
+                        "run-0 is one it does not fit): if the other calls are a fallback of the "
                         "harness"),
             std::string::npos)
       << d.yaml;
@@ -169,7 +169,7 @@ TEST(Draft, AnOriginMostButNotNearlyAllCallsShareIsNamedInTheTodo) {
   EXPECT_EQ(d.yaml.find("decides: handler"), std::string::npos) << d.yaml;
   EXPECT_NE(d.yaml.find("found no source that nearly every call shares, but in 30 of 40 calls "
                         "it is named in the answer of stage router at /choices/0/message/content "
-                        "(not in run run-0, among others): if the other calls are a fallback of "
+                        "(run run-0 is one it does not fit): if the other calls are a fallback of "
                         "the harness"),
             std::string::npos)
       << d.yaml;
