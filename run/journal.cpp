@@ -210,6 +210,32 @@ const BranchNote* RunJournal::latest_branch(dsl::DecisionId decision) const {
   return nullptr;
 }
 
+const std::vector<dsl::DecisionId>* RunJournal::reaching(const dsl::Stage& stage) const {
+  if (!reached_by_) {
+    reached_by_.emplace();
+    for (const auto& d : graph_->decisions)
+      for (const auto s : fill_chain(*graph_, d, fill_depth_))
+        (*reached_by_)[s].push_back(d.id);
+  }
+  const auto it = reached_by_->find(stage.id);
+  return it == reached_by_->end() ? nullptr : &it->second;
+}
+
+const BranchNote* RunJournal::latest_of(const std::vector<dsl::DecisionId>& decisions) const {
+  const BranchNote* note = nullptr;
+  for (const auto d : decisions)
+    if (const auto* n = latest_branch(d); n && (!note || n->branch > note->branch)) note = n;
+  return note;
+}
+
+std::string RunJournal::unpredicted(const BranchNote& note) const {
+  std::string names;
+  for (const auto& c : note.candidates)
+    names += (names.empty() ? "" : ", ") + squote(c.value);
+  return "decision " + squote(graph_->decisions[note.decision].name) + " selected " +
+         squote(note.selection) + ", which was none of the candidates (" + names + ")";
+}
+
 Why RunJournal::explain(const dsl::Stage& stage, const json& body, const DemandTrace& trace,
                         const dsl::Bindings& vars) const {
   Why w;
@@ -280,26 +306,26 @@ Why RunJournal::explain(const dsl::Stage& stage, const json& body, const DemandT
       w.detail = "fills rendered stage " + squote(stage.name) +
                  " with the same body, but under another name (another tenant, or a private "
                  "fill)";
+    // The fills rendered other candidates: when the pick was none of them, that is the cause.
+    if (const auto* reached = reaching(stage))
+      if (const BranchNote* n = latest_of(*reached);
+          n && !w.diff.empty() &&
+          (n->outcome == branch::Outcome::unpredicted || n->outcome == branch::Outcome::selected) &&
+          std::none_of(n->candidates.begin(), n->candidates.end(),
+                       [&](const auto& c) { return c.value == n->selection; }))
+        w.detail += "; " + unpredicted(*n) + ", so no fill rendered this request";
     return w;
   }
-  if (!reached_by_) {
-    reached_by_.emplace();
-    for (const auto& d : g.decisions)
-      for (const auto s : fill_chain(g, d, fill_depth_))
-        (*reached_by_)[s].push_back(d.id);
-  }
-  const auto reached = reached_by_->find(stage.id);
-  if (reached == reached_by_->end()) {
+  const std::vector<dsl::DecisionId>* reached = reaching(stage);
+  if (!reached) {
     w.reason = MissReason::not_downstream;
     w.detail = "no decision's fill chain reaches stage " + squote(stage.name) +
                "; only the library (an identical earlier call) can serve it";
     return w;
   }
   // The decision upstream whose branch was reported last.
-  const BranchNote* note = nullptr;
-  for (const auto d : reached->second)
-    if (const auto* n = latest_branch(d); n && (!note || n->branch > note->branch)) note = n;
-  const auto& first_decision = g.decisions[reached->second.front()];
+  const BranchNote* note = latest_of(*reached);
+  const auto& first_decision = g.decisions[reached->front()];
   if (!note) {
     w.reason = MissReason::no_branch;
     w.detail = "no branch of decision " + squote(first_decision.name) +
@@ -335,11 +361,7 @@ Why RunJournal::explain(const dsl::Stage& stage, const json& body, const DemandT
                                  [&](const auto& c) { return c.value == note->selection; });
   if (cand == note->candidates.end()) {
     w.reason = MissReason::unpredicted;
-    std::string names;
-    for (const auto& c : note->candidates)
-      names += (names.empty() ? "" : ", ") + squote(c.value);
-    w.detail = "decision " + squote(d.name) + " selected " + squote(note->selection) +
-               ", which was none of the candidates (" + names + ")";
+    w.detail = unpredicted(*note);
     return w;
   }
   if (cand->fill == 0) {

@@ -169,6 +169,11 @@ class RunJournal {
   Why explain(const dsl::Stage& stage, const nlohmann::json& body, const DemandTrace& trace,
               const dsl::Bindings& vars) const;
   const BranchNote* latest_branch(dsl::DecisionId decision) const;
+  // The decisions whose fill chains reach `stage` (null: none), the latest branch of any of
+  // them, and the words for a selection that was none of a branch's candidates.
+  const std::vector<dsl::DecisionId>* reaching(const dsl::Stage& stage) const;
+  const BranchNote* latest_of(const std::vector<dsl::DecisionId>& decisions) const;
+  std::string unpredicted(const BranchNote& note) const;
 
   GraphPtr graph_;
   Limits limits_;

@@ -150,6 +150,18 @@ TEST(RunJournal, EachMissGetsItsReason) {
   EXPECT_EQ(*w->diff[0].expected, 256);
   EXPECT_EQ(*w->diff[0].sent, 100);
   EXPECT_EQ(w->compared_with, "fill 21 (candidate 'email')");
+  EXPECT_EQ(w->detail.find("none of the candidates"), std::string::npos) << w->detail;
+
+  // The pick was none of the candidates the fills rendered: that is the cause, and it is said.
+  b.outcome = branch::Outcome::unpredicted;
+  b.selection = "calendar";
+  j.branch(b);
+  w = why(handle, sent, trace_for({6, 6}));
+  EXPECT_EQ(w->reason, MissReason::body_differed);
+  EXPECT_EQ(w->detail,
+            "fills rendered stage 'handle', but the request differed from the closest one at "
+            "/max_tokens; decision 'handler' selected 'calendar', which was none of the "
+            "candidates ('weather', 'email'), so no fill rendered this request");
 }
 
 TEST(RunJournal, StaysWithinItsLimits) {
