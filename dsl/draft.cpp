@@ -1255,9 +1255,6 @@ bool Drafter::classify(const std::string& stage, const std::string& pointer,
   if (few && near.empty() && !first && !in_loop(s.name) && !s.after.empty() && !after_user) {
     v.kind = VarKind::user_decision;
     v.name = unique_name(hint.empty() ? leaf_name : hint, "choice");
-    std::vector<std::string> values;
-    for (std::size_t k = 0; k < n; ++k)
-      values.push_back(whole_values[k]);
     s.notes.push_back("the request names one of " + std::to_string(seen.size()) + " values at " +
                       pointer +
                       ", each in several runs: drafted as a person's pick that fills each value "
@@ -1265,7 +1262,7 @@ bool Drafter::classify(const std::string& stage, const std::string& pointer,
                       "stages ahead of it run");
     add_pick(stage, std::move(v), s.after,
              "A person picks one of the values the next stage's calls named.",
-             learned_candidates(values), n);  // `s` is invalid from here
+             learned_candidates(whole_values), n);  // `s` is invalid from here
     return true;
   }
   if (!near.empty())  // most calls say it came from earlier: a fallback may hide a decision

@@ -81,6 +81,12 @@ std::string squote(std::string_view s) {
   return "'" + std::string(s) + "'";
 }
 
+// The candidate a branch selected, or candidates.end() when the selection was none of them.
+auto picked(const BranchNote& note) {
+  return std::find_if(note.candidates.begin(), note.candidates.end(),
+                      [&](const auto& c) { return c.value == note.selection; });
+}
+
 }  // namespace
 
 std::vector<DiffEntry> request_diff(const json& expected, const json& sent, std::size_t limit) {
@@ -311,8 +317,7 @@ Why RunJournal::explain(const dsl::Stage& stage, const json& body, const DemandT
       if (const BranchNote* n = latest_of(*reached);
           n && !w.diff.empty() &&
           (n->outcome == branch::Outcome::unpredicted || n->outcome == branch::Outcome::selected) &&
-          std::none_of(n->candidates.begin(), n->candidates.end(),
-                       [&](const auto& c) { return c.value == n->selection; }))
+          picked(*n) == n->candidates.end())
         w.detail += "; " + unpredicted(*n) + ", so no fill rendered this request";
     return w;
   }
@@ -357,8 +362,7 @@ Why RunJournal::explain(const dsl::Stage& stage, const json& body, const DemandT
                std::string(branch::to_string(note->outcome)) + ", so nothing could be promoted";
     return w;
   }
-  const auto cand = std::find_if(note->candidates.begin(), note->candidates.end(),
-                                 [&](const auto& c) { return c.value == note->selection; });
+  const auto cand = picked(*note);
   if (cand == note->candidates.end()) {
     w.reason = MissReason::unpredicted;
     w.detail = unpredicted(*note);
